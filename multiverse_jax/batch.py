@@ -1,0 +1,262 @@
+"""From experiment descriptions (host, NumPy) to one padded batch of ``Params`` / ``State``.
+
+Experiments of one batch may differ in everything that does not set a shape: rates,
+delays, buffers, thresholds, flows, seeds, and even topology. Shapes are padded to the
+largest experiment: padded ports are never routed to, padded flows count as finished,
+padded hosts own packet slots that stay empty.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from multiverse_jax.components.experiment import CC_NONE, Params, State
+from multiverse_jax.components.flows import FlowParams, FlowState
+from multiverse_jax.components.links import LinkParams, LinkState
+from multiverse_jax.components.nodes import NicParams, NodeParams
+from multiverse_jax.components.packets import PacketState
+from multiverse_jax.components.ports import PortParams, PortState
+from multiverse_jax.components.static import Static
+from multiverse_jax.errors import InputError
+from multiverse_jax.topology.graph import PS_PER_US, Topology
+from multiverse_jax.topology.routing import EcmpTable, ecmp_table
+from multiverse_jax.workload.flows import FlowSet, check_hosts
+from multiverse_jax.workload.routes import PinnedRoutes
+from multiverse_jax.workload.triggers import check_triggers, trigger_tables
+
+NEVER = np.iinfo(np.int64).max
+UNLIMITED_BYTES = 1 << 62  # NIC egress queues hold only ACKs and are never the bottleneck
+CC_KINDS = {"none": CC_NONE}
+LB_KINDS = ("ecmp",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """One design point: a network, its traffic and the knobs of the fabric."""
+
+    topology: Topology
+    flows: FlowSet
+    routes: PinnedRoutes | None = None  # pinned paths (None: ECMP for every flow)
+    payload_bytes: int = 4096  # packet.payload_bytes
+    header_bytes: int = 64  # packet.header_bytes
+    ack_bytes: int = 64  # packet.ack_bytes
+    buffer_bytes: int = 2_000_000  # switch.buffer_bytes, per egress port
+    pfc_xoff_bytes: int = 200_000  # switch.pfc_xoff_bytes, per ingress
+    pfc_xon_bytes: int = 100_000  # switch.pfc_xon_bytes, per ingress
+    cc: str = "none"  # cc
+    lb: str = "ecmp"  # lb
+    seed: int = 0  # sim.seed
+    max_time_us: float = 1e6  # sim.max_time_us
+    ecmp: EcmpTable | None = None  # precomputed routing of ``topology`` (built if None)
+
+    def validate(self) -> EcmpTable:
+        """Check every value a user sets; returns the routing table. InputError names the key."""
+        for key, value, low in (
+            ("packet.payload_bytes", self.payload_bytes, 1),
+            ("packet.header_bytes", self.header_bytes, 0),
+            ("packet.ack_bytes", self.ack_bytes, 1),
+            ("switch.buffer_bytes", self.buffer_bytes, 1),
+            ("switch.pfc_xoff_bytes", self.pfc_xoff_bytes, 1),
+            ("switch.pfc_xon_bytes", self.pfc_xon_bytes, 0),
+        ):
+            if int(value) != value or value < low:
+                raise InputError(f"{key} must be an integer >= {low}, got {value!r}")
+        if self.pfc_xon_bytes > self.pfc_xoff_bytes:
+            raise InputError(
+                f"switch.pfc_xon_bytes ({self.pfc_xon_bytes}) must not exceed switch.pfc_xoff_bytes ({self.pfc_xoff_bytes})"
+            )
+        if self.pfc_xoff_bytes > self.buffer_bytes:
+            raise InputError(
+                f"switch.pfc_xoff_bytes ({self.pfc_xoff_bytes}) must not exceed switch.buffer_bytes ({self.buffer_bytes})"
+            )
+        if self.cc not in CC_KINDS:
+            raise InputError(f"cc must be one of {sorted(CC_KINDS)}, got {self.cc!r}")
+        if self.lb not in LB_KINDS:
+            raise InputError(f"lb must be one of {list(LB_KINDS)}, got {self.lb!r}")
+        if not self.max_time_us > 0:
+            raise InputError(f"sim.max_time_us must be > 0, got {self.max_time_us!r}")
+        if len(self.flows) == 0:
+            raise InputError("the workload has no flows", source=self.flows.source)
+        table = self.ecmp if self.ecmp is not None else ecmp_table(self.topology)
+        check_hosts(self.flows, self.topology.n_hosts, table.hops)
+        check_triggers(self.flows)
+        return table
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    static: Static
+    params: Params  # every leaf has a leading experiment axis E
+    state: State
+    experiments: tuple[Experiment, ...]
+
+
+def flow_hash(seed: int, n_flows: int) -> np.ndarray:
+    """(F,) uint32 seeded per-flow ECMP hash (murmur3 finaliser of seed and flow index)."""
+    x = (np.arange(n_flows, dtype=np.uint64) * np.uint64(0x9E3779B1) + np.uint64(seed) * np.uint64(0x85EBCA77))
+    x = (x & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint32(16)
+        x *= np.uint32(0x85EBCA6B)
+        x ^= x >> np.uint32(13)
+        x *= np.uint32(0xC2B2AE35)
+        x ^= x >> np.uint32(16)
+    return x
+
+
+def _pad(array: np.ndarray, shape: tuple[int, ...], fill) -> np.ndarray:
+    out = np.full(shape, fill, dtype=array.dtype)
+    out[tuple(slice(0, n) for n in array.shape)] = array
+    return out
+
+
+def _static_of(experiments, tables, slots_per_host: int) -> Static:
+    def biggest(f):
+        return max(f(e, t) for e, t in zip(experiments, tables))
+
+    history = biggest(
+        lambda e, t: math.ceil(int(e.topology.link_delay_ps.max()) / int(e.topology.link_delay_ps.min())) + 2
+    )
+    return Static(
+        n_nodes=biggest(lambda e, t: e.topology.n_nodes),
+        n_hosts=biggest(lambda e, t: e.topology.n_hosts),
+        n_ports=biggest(lambda e, t: e.topology.n_links),
+        n_flows=biggest(lambda e, t: len(e.flows)),
+        n_triggers=max(1, biggest(lambda e, t: len(e.flows.triggers))),
+        n_activators=max(1, biggest(lambda e, t: trigger_tables(e.flows)[0].shape[1])),
+        route_width=biggest(lambda e, t: t.width),
+        pinned_len=max(1, biggest(lambda e, t: (e.routes.max_links if e.routes is not None else 1))),
+        slots_per_host=slots_per_host,
+        pfc_history=history,
+    )
+
+
+def _experiment_arrays(exp: Experiment, table: EcmpTable, s: Static) -> tuple[Params, State]:
+    """Unbatched, padded NumPy Params and initial State of one experiment."""
+    topo, flows = exp.topology, exp.flows
+    n_links, n_flows = topo.n_links, len(flows)
+    into_switch = topo.link_dst >= topo.n_hosts
+    host_port = topo.host_port()
+    port_host = np.where(topo.link_src < topo.n_hosts, topo.link_src, -1).astype(np.int32)
+    links = LinkParams(
+        link_dst_node=_pad(topo.link_dst.astype(np.int32), (s.n_ports,), 0),
+        link_rate_bps=_pad(topo.link_rate_bps.astype(np.int64), (s.n_ports,), 1),
+        link_delay_ps=_pad(topo.link_delay_ps.astype(np.int64), (s.n_ports,), NEVER // 4),
+        link_into_switch=_pad(into_switch, (s.n_ports,), False),
+        link_pfc_xoff_bytes=np.full(s.n_ports, exp.pfc_xoff_bytes, np.int64),
+        link_pfc_xon_bytes=np.full(s.n_ports, exp.pfc_xon_bytes, np.int64),
+    )
+    ports = PortParams(
+        port_buffer_bytes=_pad(np.where(port_host >= 0, UNLIMITED_BYTES, exp.buffer_bytes).astype(np.int64), (s.n_ports,), UNLIMITED_BYTES),
+        port_host=_pad(port_host, (s.n_ports,), -1),
+    )
+    nodes = NodeParams(
+        route_next_port=_pad(table.next_port, (s.n_nodes, s.n_hosts, s.route_width), -1),
+        route_n_next=_pad(table.n_next, (s.n_nodes, s.n_hosts), 0),
+    )
+    nics = NicParams(nic_port=_pad(host_port, (s.n_hosts,), 0))
+
+    activator, activator_is_recv, rank = trigger_tables(flows)
+    routes = exp.routes if exp.routes is not None else PinnedRoutes.none(n_flows)
+    n_packets = -(-flows.size_bytes // exp.payload_bytes)
+    triggered = flows.trigger >= 0
+    start_ps = np.where(triggered, NEVER, flows.start_ps).astype(np.int64)
+    flow_params = FlowParams(
+        flow_valid=_pad(np.ones(n_flows, bool), (s.n_flows,), False),
+        flow_src=_pad(flows.src.astype(np.int32), (s.n_flows,), 0),
+        flow_dst=_pad(flows.dst.astype(np.int32), (s.n_flows,), 0),
+        flow_size_bytes=_pad(flows.size_bytes.astype(np.int64), (s.n_flows,), 0),
+        flow_n_packets=_pad(n_packets.astype(np.int32), (s.n_flows,), 0),
+        flow_start_ps=_pad(start_ps, (s.n_flows,), NEVER),
+        flow_hash=_pad(flow_hash(exp.seed, n_flows), (s.n_flows,), 0),
+        flow_trigger=_pad(flows.trigger.astype(np.int32), (s.n_flows,), -1),
+        flow_trigger_rank=_pad(rank.astype(np.int32), (s.n_flows,), 0),
+        flow_pinned_data=_pad(routes.data_ports.astype(np.int32), (s.n_flows, s.pinned_len), -1),
+        flow_pinned_ack=_pad(routes.ack_ports.astype(np.int32), (s.n_flows, s.pinned_len), -1),
+        trigger_activator=_pad(activator.astype(np.int32), (s.n_triggers, s.n_activators), -1),
+        trigger_activator_is_recv=_pad(activator_is_recv.astype(bool), (s.n_triggers, s.n_activators), False),
+    )
+    params = Params(
+        links=links,
+        ports=ports,
+        nodes=nodes,
+        nics=nics,
+        flows=flow_params,
+        window_ps=np.int64(topo.link_delay_ps.min()),
+        payload_bytes=np.int32(exp.payload_bytes),
+        header_bytes=np.int32(exp.header_bytes),
+        ack_bytes=np.int32(exp.ack_bytes),
+        max_time_ps=np.int64(round(exp.max_time_us * PS_PER_US)),
+        cc_kind=np.int32(CC_KINDS[exp.cc]),
+    )
+    n_slots = s.n_slots
+    state = State(
+        time_ps=np.int64(start_ps.min() if np.any(~triggered) else 0),
+        links=LinkState(
+            pfc_decided_ps=np.full((s.n_ports, s.pfc_history), -1, np.int64),
+            pfc_paused=np.zeros((s.n_ports, s.pfc_history), bool),
+            pfc_pause_count=np.zeros(s.n_ports, np.int32),
+        ),
+        ports=PortState(
+            port_free_ps=np.zeros(s.n_ports, np.int64),
+            port_max_queue_bytes=np.zeros(s.n_ports, np.int64),
+            port_tx_bytes=np.zeros(s.n_ports, np.int64),
+        ),
+        packets=PacketState(
+            pkt_valid=np.zeros(n_slots, bool),
+            pkt_is_ack=np.zeros(n_slots, bool),
+            pkt_flow=np.zeros(n_slots, np.int32),
+            pkt_seq=np.zeros(n_slots, np.int32),
+            pkt_bytes=np.zeros(n_slots, np.int32),
+            pkt_port=np.zeros(n_slots, np.int32),
+            pkt_in_flight=np.zeros(n_slots, bool),
+            pkt_time_ps=np.zeros(n_slots, np.int64),
+            pkt_ingress=np.full(n_slots, -1, np.int32),
+            pkt_hop=np.zeros(n_slots, np.int32),
+        ),
+        flows=FlowState(
+            flow_begin_ps=_pad(start_ps, (s.n_flows,), NEVER),
+            flow_sent_packets=np.zeros(s.n_flows, np.int32),
+            flow_next_send_ps=np.zeros(s.n_flows, np.int64),
+            flow_rx_packets=np.zeros(s.n_flows, np.int32),
+            flow_rx_bytes=np.zeros(s.n_flows, np.int64),
+            flow_acked_packets=np.zeros(s.n_flows, np.int32),
+            flow_rx_finish_ps=np.full(s.n_flows, NEVER, np.int64),
+            flow_finish_ps=np.full(s.n_flows, NEVER, np.int64),
+        ),
+        done=np.bool_(False),
+        error=np.int32(0),
+        n_windows=np.int64(0),
+        n_packet_hops=np.int64(0),
+    )
+    return params, state
+
+
+def build_batch(experiments, *, slots_per_host: int = 256, static: Static | None = None) -> Batch:
+    """Validate and pad ``experiments`` into one batch (leading axis E on every leaf).
+
+    Pass ``static`` to pad to given shapes (it must be at least as large as the batch
+    needs), so that batches of different experiments reuse one compiled program.
+    """
+    experiments = tuple(experiments)
+    if not experiments:
+        raise InputError("a batch needs at least one experiment")
+    if slots_per_host < 1:
+        raise InputError(f"sim.packets_per_host must be >= 1, got {slots_per_host}")
+    tables = [exp.validate() for exp in experiments]
+    needed = _static_of(experiments, tables, slots_per_host)
+    if static is None:
+        static = needed
+    else:
+        small = [f.name for f in dataclasses.fields(Static) if getattr(static, f.name) < getattr(needed, f.name)]
+        if small:
+            raise InputError(f"the given shapes are too small for this batch: {', '.join(small)}")
+    pairs = [_experiment_arrays(exp, table, static) for exp, table in zip(experiments, tables)]
+    params = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *[p for p, _ in pairs])
+    state = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *[st for _, st in pairs])
+    return Batch(static=static, params=params, state=state, experiments=experiments)

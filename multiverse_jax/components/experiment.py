@@ -1,0 +1,59 @@
+"""The two objects that go through the step: ``Params`` (what an experiment is) and
+``State`` (what changes). Unbatched shapes are documented; a batch adds a leading E axis.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax.numpy as jnp
+from flax import struct
+
+from multiverse_jax.components.flows import FlowParams, FlowState
+from multiverse_jax.components.links import LinkParams, LinkState
+from multiverse_jax.components.nodes import NicParams, NodeParams
+from multiverse_jax.components.packets import PacketState
+from multiverse_jax.components.ports import PortParams, PortState
+
+NEVER = jnp.iinfo(jnp.int64).max  # a time that never comes
+
+# Bits of the per-experiment error word (checked on the host after every call).
+ERROR_POOL_FULL = 1 << 0  # a host had more unacknowledged packets than sim.packets_per_host
+ERROR_BUFFER_OVERFLOW = 1 << 1  # an egress queue exceeded switch.buffer_bytes
+ERROR_TIME_LIMIT = 1 << 2  # the clock passed sim.max_time_us before every flow finished
+ERROR_STALLED = 1 << 3  # nothing left that could happen, yet some flows never finished
+ERROR_MESSAGES = {
+    ERROR_POOL_FULL: "a host had more unacknowledged packets in the network than sim.packets_per_host allows; raise it",
+    ERROR_BUFFER_OVERFLOW: "an egress queue exceeded switch.buffer_bytes (lossless fabric: raise the buffer or lower switch.pfc_xoff_bytes)",
+    ERROR_TIME_LIMIT: "simulated time passed sim.max_time_us before every flow finished",
+    ERROR_STALLED: "the experiment stalled: nothing in flight and no flow can send, yet some flows never finished",
+}
+
+CC_NONE = 0  # line rate, held back only by backpressure (more algorithms plug in here)
+
+
+@struct.dataclass
+class Params:
+    links: LinkParams
+    ports: PortParams
+    nodes: NodeParams
+    nics: NicParams
+    flows: FlowParams
+    window_ps: chex.Array  # () int64 lookahead: the smallest link delay
+    payload_bytes: chex.Array  # () int32 payload of a full data packet
+    header_bytes: chex.Array  # () int32 header bytes added to every data packet
+    ack_bytes: chex.Array  # () int32 wire size of an ACK
+    max_time_ps: chex.Array  # () int64 the run stops with ERROR_TIME_LIMIT past this time
+    cc_kind: chex.Array  # () int32 congestion control (CC_NONE)
+
+
+@struct.dataclass
+class State:
+    time_ps: chex.Array  # () int64 start of the current window
+    links: LinkState
+    ports: PortState
+    packets: PacketState
+    flows: FlowState
+    done: chex.Array  # () bool every flow has finished
+    error: chex.Array  # () int32 ERROR_* bits
+    n_windows: chex.Array  # () int64 windows stepped (the clock may also jump)
+    n_packet_hops: chex.Array  # () int64 packet transmissions (one per link a packet crosses)

@@ -1,0 +1,30 @@
+"""Packets: a fixed pool of slots per experiment, owned by hosts.
+
+Host h owns slots h*S .. h*S+S-1. A data packet takes a slot of its sender when the NIC
+puts it on the wire; at the receiver the same slot becomes its ACK, which frees the slot
+when it reaches the sender. So a host can have at most S unacknowledged packets in the
+network; more is an error (``ERROR_POOL_FULL``), never a silent stall.
+
+A packet is either queued at egress port ``pkt_port`` (available since ``pkt_time_ps``,
+its arrival there) or in flight on link ``pkt_port`` (arriving at the far end, last bit
+included, at ``pkt_time_ps``).
+"""
+
+from __future__ import annotations
+
+import chex
+from flax import struct
+
+
+@struct.dataclass
+class PacketState:
+    pkt_valid: chex.Array  # (S_total,) bool slot holds a packet
+    pkt_is_ack: chex.Array  # (S_total,) bool control class (ACK) instead of data
+    pkt_flow: chex.Array  # (S_total,) int32 flow the packet belongs to
+    pkt_seq: chex.Array  # (S_total,) int32 packet index within its flow
+    pkt_bytes: chex.Array  # (S_total,) int32 wire bytes (payload + header, or the ACK size)
+    pkt_port: chex.Array  # (S_total,) int32 egress port where it is queued, or link it is on
+    pkt_in_flight: chex.Array  # (S_total,) bool on the wire (True) or queued (False)
+    pkt_time_ps: chex.Array  # (S_total,) int64 arrival at the far end (in flight) or at the port (queued)
+    pkt_ingress: chex.Array  # (S_total,) int32 link it arrived over at its current switch (-1 at a host)
+    pkt_hop: chex.Array  # (S_total,) int32 index of pkt_port along the packet's path (0 = first link)

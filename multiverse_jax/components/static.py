@@ -1,0 +1,26 @@
+"""Everything that sets an array shape: a hashable, static argument of the compiled step."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """Shapes shared by every experiment of a batch (the largest of the batch, padded)."""
+
+    n_nodes: int  # N: hosts + switches
+    n_hosts: int  # H
+    n_ports: int  # P: directed links = egress ports
+    n_flows: int  # F
+    n_triggers: int  # T (>= 1; a dummy trigger when the input has none)
+    n_activators: int  # A: most flows that activate one trigger
+    route_width: int  # W: most equal-cost next hops of one (node, destination)
+    pinned_len: int  # M: longest pinned path, in links (>= 1)
+    slots_per_host: int  # S: packet slots owned by each host (its unacknowledged packets)
+    pfc_history: int  # L: PFC decisions remembered per link (covers the longest link delay)
+
+    @property
+    def n_slots(self) -> int:
+        """Packet pool size per experiment: H * S."""
+        return self.n_hosts * self.slots_per_host

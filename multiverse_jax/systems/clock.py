@@ -1,0 +1,32 @@
+"""Clock: move an experiment to its next window, jumping over time where nothing happens.
+
+The next window starts at the window end, or later if the experiment's next event (a
+packet arrival, a flow allowed to send, a flow start) is later than that: an idle
+network jumps straight to its next event. A finished (or failed) experiment's clock stops.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, NEVER, Params, State
+from multiverse_jax.systems import nic_send
+
+
+def clock(params: Params, state: State, window_end_ps) -> State:
+    with jax.named_scope("clock"):
+        pkts = state.packets
+        next_arrival = jnp.min(jnp.where(pkts.pkt_valid & pkts.pkt_in_flight, pkts.pkt_time_ps, NEVER))
+        anything_queued = jnp.any(pkts.pkt_valid & ~pkts.pkt_in_flight)
+        next_send = jnp.min(jnp.where(nic_send.sendable(params, state), nic_send.ready_ps(state), NEVER))
+        next_event = jnp.minimum(jnp.minimum(next_arrival, next_send), jnp.where(anything_queued, window_end_ps, NEVER))
+        stalled = ~state.done & (next_event == NEVER)
+        stopped = state.done | stalled | (state.error != 0)  # a failed experiment stops where it failed
+        next_time = jnp.where(stopped, state.time_ps, jnp.maximum(window_end_ps, next_event))
+        over_time = ~state.done & (next_time > params.max_time_ps)
+        return state.replace(
+            time_ps=next_time,
+            n_windows=state.n_windows + jnp.where(state.done, 0, 1),
+            error=state.error | jnp.where(stalled, ERROR_STALLED, 0) | jnp.where(over_time, ERROR_TIME_LIMIT, 0),
+        )

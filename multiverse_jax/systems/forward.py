@@ -1,0 +1,53 @@
+"""Forward plan: packets reaching a switch are queued at the egress port routing picks.
+
+Pull-based forwarding (Multiverse §4.2): every packet that arrives at a switch during the
+window marks the egress port it will leave by (its forward plan), keeping its exact
+arrival time; each egress port later serves the packets marked for it in arrival order
+(``transmit.py``). Each packet updates only its own slot, so there are no write
+conflicts.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.systems.common import mix32
+
+ACK_SALT = 0x5BD1E995  # ACKs hash independently of their data packets
+
+
+def route(params: Params, node, dst_host, flow, is_ack, hop):
+    """Egress port at ``node`` for a packet of ``flow`` whose next link is number ``hop``.
+
+    A pinned path (data or ACK) wins; otherwise per-flow ECMP: a seeded hash of the flow
+    and the switch picks one of the equal-cost next hops, so a flow keeps its path.
+    """
+    flows, nodes = params.flows, params.nodes
+    pinned_len = flows.flow_pinned_data.shape[1]
+    hop_c = jnp.minimum(hop, pinned_len - 1)
+    pinned = jnp.where(is_ack, flows.flow_pinned_ack[flow, hop_c], flows.flow_pinned_data[flow, hop_c])
+    pinned = jnp.where(hop < pinned_len, pinned, -1)
+    n_next = jnp.maximum(nodes.route_n_next[node, dst_host], 1)
+    salt = jnp.where(is_ack, jnp.uint32(ACK_SALT), jnp.uint32(0))
+    choice = mix32(flows.flow_hash[flow] ^ mix32(node.astype(jnp.uint32) + salt)) % n_next.astype(jnp.uint32)
+    ecmp = nodes.route_next_port[node, dst_host, choice.astype(jnp.int32)]
+    return jnp.where(pinned >= 0, pinned, ecmp)
+
+
+def set_forward_plan(params: Params, state: State, window_end_ps) -> State:
+    with jax.named_scope("forward"):
+        pkts = state.packets
+        node = params.links.link_dst_node[pkts.pkt_port]
+        n_hosts = params.nics.nic_port.shape[0]
+        arriving = pkts.pkt_valid & pkts.pkt_in_flight & (pkts.pkt_time_ps < window_end_ps) & (node >= n_hosts)
+        dst_host = jnp.where(pkts.pkt_is_ack, params.flows.flow_src[pkts.pkt_flow], params.flows.flow_dst[pkts.pkt_flow])
+        egress = route(params, node, dst_host, pkts.pkt_flow, pkts.pkt_is_ack, pkts.pkt_hop + 1)
+        packets = pkts.replace(
+            pkt_in_flight=jnp.where(arriving, False, pkts.pkt_in_flight),
+            pkt_ingress=jnp.where(arriving, pkts.pkt_port, pkts.pkt_ingress),
+            pkt_port=jnp.where(arriving, egress, pkts.pkt_port),
+            pkt_hop=jnp.where(arriving, pkts.pkt_hop + 1, pkts.pkt_hop),
+        )
+        return state.replace(packets=packets)

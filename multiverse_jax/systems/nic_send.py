@@ -1,0 +1,96 @@
+"""NIC send: each host's NIC offers the next packet of one of its flows to its egress port.
+
+The NIC serves its ready flows round-robin in effect: it picks the flow that has been
+ready the longest (earliest ready time, then lowest index); after sending, a flow is next
+ready when congestion control says (``cc.next_send_ps``). A data packet is created only
+when the port puts it on the wire, in a free slot of its host's share of the pool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from multiverse_jax.components.experiment import NEVER, Params, State
+from multiverse_jax.systems import cc
+from multiverse_jax.systems.common import fifo_head
+
+
+@dataclasses.dataclass(frozen=True)
+class NicOffer:
+    """What each host's NIC could send next. All arrays (H,)."""
+
+    ready_ps: jnp.ndarray  # int64 earliest start of the offered packet (NEVER: nothing to send)
+    flow: jnp.ndarray  # int32 flow of the offered packet
+    wire_bytes: jnp.ndarray  # int32 its wire size
+    slot: jnp.ndarray  # int32 free pool slot it would take
+    has_slot: jnp.ndarray  # bool the host has a free slot
+
+
+def sendable(params: Params, state: State):
+    """(F,) bool: started, packets left, and congestion control allows it."""
+    fp, fs = params.flows, state.flows
+    started = fp.flow_valid & (fs.flow_begin_ps != NEVER)
+    return started & (fs.flow_sent_packets < fp.flow_n_packets) & cc.may_send(params, fs)
+
+
+def ready_ps(state: State):
+    """(F,) int64 when each flow may start its next packet."""
+    return jnp.maximum(state.flows.flow_begin_ps, state.flows.flow_next_send_ps)
+
+
+def offer(params: Params, state: State) -> NicOffer:
+    fp, fs = params.flows, state.flows
+    n_hosts, n_flows = params.nics.nic_port.shape[0], fp.flow_src.shape[0]
+    ready, flow = fifo_head(sendable(params, state), ready_ps(state), fp.flow_src, n_hosts)
+    flow = jnp.minimum(flow, n_flows - 1)
+    seq = fs.flow_sent_packets[flow]
+    n_packets = fp.flow_n_packets[flow]
+    last_payload = fp.flow_size_bytes[flow] - (n_packets - 1).astype(jnp.int64) * params.payload_bytes
+    payload = jnp.where(seq == n_packets - 1, last_payload, params.payload_bytes)
+    free = ~state.packets.pkt_valid.reshape(n_hosts, -1)
+    slots_per_host = free.shape[1]
+    slot = jnp.arange(n_hosts, dtype=jnp.int32) * slots_per_host + jnp.argmax(free, axis=1).astype(jnp.int32)
+    return NicOffer(
+        ready_ps=ready,
+        flow=flow,
+        wire_bytes=(payload + params.header_bytes).astype(jnp.int32),
+        slot=slot,
+        has_slot=jnp.any(free, axis=1),
+    )
+
+
+def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, serialization_ps, arrival_ps) -> State:
+    """Create the packets that NICs put on the wire this round. ``sent`` etc. are (H,)."""
+    fp, fs, pkts = params.flows, state.flows, state.packets
+    n_hosts = params.nics.nic_port.shape[0]
+    slot_index = jnp.arange(pkts.pkt_valid.shape[0], dtype=jnp.int32)
+    owner = slot_index // (pkts.pkt_valid.shape[0] // n_hosts)
+    created = sent[owner] & (offer_.slot[owner] == slot_index)
+
+    def put(old, new_by_host):
+        return jnp.where(created, new_by_host[owner].astype(old.dtype), old)
+
+    packets = pkts.replace(
+        pkt_valid=pkts.pkt_valid | created,
+        pkt_is_ack=pkts.pkt_is_ack & ~created,
+        pkt_flow=put(pkts.pkt_flow, offer_.flow),
+        pkt_seq=put(pkts.pkt_seq, fs.flow_sent_packets[offer_.flow]),
+        pkt_bytes=put(pkts.pkt_bytes, offer_.wire_bytes),
+        pkt_port=put(pkts.pkt_port, params.nics.nic_port),
+        pkt_in_flight=pkts.pkt_in_flight | created,
+        pkt_time_ps=put(pkts.pkt_time_ps, arrival_ps),
+        pkt_ingress=put(pkts.pkt_ingress, jnp.full(n_hosts, -1)),
+        pkt_hop=put(pkts.pkt_hop, jnp.zeros(n_hosts)),
+    )
+    # Each flow reads whether its host's NIC sent one of its packets (a gather, no scatter).
+    src = fp.flow_src
+    flow_sent = sent[src] & (offer_.flow[src] == jnp.arange(src.shape[0]))
+    flows = fs.replace(
+        flow_sent_packets=fs.flow_sent_packets + flow_sent,
+        flow_next_send_ps=jnp.where(
+            flow_sent, cc.next_send_ps(params, start_ps[src], serialization_ps[src]), fs.flow_next_send_ps
+        ),
+    )
+    return state.replace(packets=packets, flows=flows)

@@ -1,0 +1,44 @@
+"""Receive: data packets reaching their destination host are delivered, and each turns
+into its ACK (a real ``ack_bytes`` packet, control class) queued at the receiver's NIC at
+the data packet's arrival time."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.systems.common import count_by, latest_by
+
+
+def receive(params: Params, state: State, window_end_ps) -> State:
+    with jax.named_scope("receive"):
+        pkts, flows = state.packets, state.flows
+        n_hosts = params.nics.nic_port.shape[0]
+        n_flows = flows.flow_rx_packets.shape[0]
+        node = params.links.link_dst_node[pkts.pkt_port]
+        delivered = (
+            pkts.pkt_valid & pkts.pkt_in_flight & ~pkts.pkt_is_ack & (pkts.pkt_time_ps < window_end_ps) & (node < n_hosts)
+        )
+        payload = pkts.pkt_bytes.astype(jnp.int64) - params.header_bytes
+        rx_packets = flows.flow_rx_packets + count_by(delivered, pkts.pkt_flow, n_flows)
+        rx_bytes = flows.flow_rx_bytes + count_by(delivered, pkts.pkt_flow, n_flows, payload)
+        # Arrivals of this window come after those of earlier windows, so the latest one
+        # completes the flow when its count reaches the packet total.
+        completes = (rx_packets == params.flows.flow_n_packets) & (flows.flow_rx_packets < rx_packets)
+        last_arrival = latest_by(delivered, pkts.pkt_flow, n_flows, pkts.pkt_time_ps)
+        receiver_nic = params.nics.nic_port[jnp.minimum(node, n_hosts - 1)]
+        packets = pkts.replace(
+            pkt_is_ack=pkts.pkt_is_ack | delivered,
+            pkt_bytes=jnp.where(delivered, params.ack_bytes, pkts.pkt_bytes),
+            pkt_port=jnp.where(delivered, receiver_nic, pkts.pkt_port),
+            pkt_in_flight=pkts.pkt_in_flight & ~delivered,
+            pkt_ingress=jnp.where(delivered, -1, pkts.pkt_ingress),
+            pkt_hop=jnp.where(delivered, 0, pkts.pkt_hop),
+        )
+        flows = flows.replace(
+            flow_rx_packets=rx_packets,
+            flow_rx_bytes=rx_bytes,
+            flow_rx_finish_ps=jnp.where(completes, last_arrival, flows.flow_rx_finish_ps),
+        )
+        return state.replace(packets=packets, flows=flows)

@@ -1,0 +1,100 @@
+"""Transmit: every egress port serialises packets at line rate through the window.
+
+A port is a non-preemptive strict-priority server with two classes: when it falls free,
+it starts the earliest-queued control packet (ACK) if one has arrived, else the
+earliest-queued data packet (at a NIC: the packet its NIC offers), unless PFC pauses data.
+If neither has arrived, it starts whichever arrives first. Start times are exact:
+start = max(port free, packet arrival, PFC release); the last bit reaches the far end
+``serialisation + link delay`` later, which is past the window because every link delay
+is at least the window. Each round, all ports of all experiments start at most one
+packet; rounds repeat until no port can start another packet inside the window.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from multiverse_jax.components.experiment import ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
+from multiverse_jax.systems import nic_send, pfc
+from multiverse_jax.systems.common import count_by, fifo_head, serialization_ps
+
+
+def _serve_once(params: Params, state: State, window_end_ps):
+    pkts, ports = state.packets, state.ports
+    n_ports, n_slots = params.links.link_delay_ps.shape[0], pkts.pkt_valid.shape[0]
+    queued = pkts.pkt_valid & ~pkts.pkt_in_flight
+    ctrl_ps, ctrl_slot = fifo_head(queued & pkts.pkt_is_ack, pkts.pkt_time_ps, pkts.pkt_port, n_ports)
+    data_ps, data_slot = fifo_head(queued & ~pkts.pkt_is_ack, pkts.pkt_time_ps, pkts.pkt_port, n_ports)
+
+    offer = nic_send.offer(params, state)
+    host = jnp.maximum(params.ports.port_host, 0)
+    is_nic = params.ports.port_host >= 0
+    data_ps = jnp.where(is_nic, offer.ready_ps[host], data_ps)
+    data_slot = jnp.where(is_nic, offer.slot[host], data_slot)
+
+    ctrl_start = jnp.maximum(ports.port_free_ps, ctrl_ps)
+    data_start = pfc.release_ps(params, state, jnp.maximum(ports.port_free_ps, data_ps))
+    use_ctrl = ctrl_start <= data_start  # ties go to the control class
+    start = jnp.where(use_ctrl, ctrl_start, data_start)
+    sends = start < window_end_ps
+    creates = sends & ~use_ctrl & is_nic  # a NIC puts a new data packet on the wire
+    pool_full = creates & ~offer.has_slot[host]
+    sends, creates = sends & ~pool_full, creates & ~pool_full
+
+    slot = jnp.where(use_ctrl, ctrl_slot, data_slot)
+    wire_bytes = jnp.where(creates, offer.wire_bytes[host], pkts.pkt_bytes[jnp.minimum(slot, n_slots - 1)])
+    ser_ps = serialization_ps(wire_bytes, params.links.link_rate_bps)
+    arrival_ps = start + ser_ps + params.links.link_delay_ps
+
+    # Queue just before the departure: everything queued at the port that has arrived by
+    # then, the departing packet included. Between departures a queue only grows, so
+    # these samples (and the one at the window end) give its exact maximum.
+    queue_bytes = count_by(
+        queued & (pkts.pkt_time_ps <= start[pkts.pkt_port]), pkts.pkt_port, n_ports, pkts.pkt_bytes.astype(jnp.int64)
+    )
+    overflow = sends & (queue_bytes > params.ports.port_buffer_bytes)
+
+    # Queued packets pull their own departure (gathers by port; no scatter).
+    slot_index = jnp.arange(n_slots, dtype=jnp.int32)
+    leaving = queued & sends[pkts.pkt_port] & ~creates[pkts.pkt_port] & (slot[pkts.pkt_port] == slot_index)
+    state = state.replace(
+        packets=pkts.replace(
+            pkt_in_flight=pkts.pkt_in_flight | leaving,
+            pkt_time_ps=jnp.where(leaving, arrival_ps[pkts.pkt_port], pkts.pkt_time_ps),
+        ),
+        ports=ports.replace(
+            port_free_ps=jnp.where(sends, start + ser_ps, ports.port_free_ps),
+            port_max_queue_bytes=jnp.where(sends, jnp.maximum(ports.port_max_queue_bytes, queue_bytes), ports.port_max_queue_bytes),
+            port_tx_bytes=ports.port_tx_bytes + jnp.where(sends, wire_bytes, 0),
+        ),
+        error=state.error
+        | jnp.where(jnp.any(pool_full), ERROR_POOL_FULL, 0)
+        | jnp.where(jnp.any(overflow), ERROR_BUFFER_OVERFLOW, 0),
+        n_packet_hops=state.n_packet_hops + jnp.sum(sends),
+    )
+    nic = params.nics.nic_port
+    host_creates = creates[nic] & (params.ports.port_host[nic] == jnp.arange(nic.shape[0]))
+    state = nic_send.emit(params, state, offer, host_creates, start[nic], ser_ps[nic], arrival_ps[nic])
+    return state, jnp.any(sends)
+
+
+def transmit(params: Params, state: State, window_end_ps) -> State:
+    with jax.named_scope("transmit"):
+        state, _ = jax.lax.while_loop(
+            lambda carry: carry[1],
+            lambda carry: _serve_once(params, carry[0], window_end_ps),
+            (state, jnp.bool_(True)),
+        )
+        # The queue at the window's end closes the exact maximum (see _serve_once).
+        pkts, ports = state.packets, state.ports
+        n_ports = params.links.link_delay_ps.shape[0]
+        queued = pkts.pkt_valid & ~pkts.pkt_in_flight
+        queue_bytes = count_by(queued, pkts.pkt_port, n_ports, pkts.pkt_bytes.astype(jnp.int64))
+        overflow = jnp.any(queue_bytes > params.ports.port_buffer_bytes)
+        return state.replace(
+            ports=ports.replace(port_max_queue_bytes=jnp.maximum(ports.port_max_queue_bytes, queue_bytes)),
+            error=state.error | jnp.where(overflow, ERROR_BUFFER_OVERFLOW, 0),
+        )
+
+
