@@ -34,7 +34,11 @@ def _serve_once(params: Params, state: State, window_end_ps):
     data_slot = jnp.where(is_nic, offer.slot[host], data_slot)
 
     ctrl_start = jnp.maximum(ports.port_free_ps, ctrl_ps)
-    data_start = pfc.release_ps(params, state, jnp.maximum(ports.port_free_ps, data_ps))
+    # A data packet that could have started before the window would have started in the
+    # previous one, unless PFC held it: its start is at least the window start, which
+    # is also as far back as the PFC history must reach.
+    window_start_ps = window_end_ps - params.window_ps
+    data_start = pfc.release_ps(params, state, jnp.maximum(jnp.maximum(ports.port_free_ps, data_ps), window_start_ps))
     use_ctrl = ctrl_start <= data_start  # ties go to the control class
     start = jnp.where(use_ctrl, ctrl_start, data_start)
     sends = start < window_end_ps
