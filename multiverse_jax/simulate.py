@@ -1,0 +1,113 @@
+"""The Python API: simulate a list of experiments as one batch and get per-experiment results."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+import numpy as np
+
+from multiverse_jax import engine
+from multiverse_jax.batch import Batch, Experiment, build_batch
+from multiverse_jax.components.experiment import ERROR_MESSAGES, NEVER, State
+from multiverse_jax.components.static import Static
+
+PS_PER_US = 1e6
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What one experiment produced."""
+
+    flows: dict[str, np.ndarray]  # per-flow columns (see ``flow_columns``)
+    summary: dict  # scalars: status, error, simulated time, windows, packet hops, queues
+    port_max_queue_bytes: np.ndarray  # (P,) largest queue of each egress port
+
+    @property
+    def ok(self) -> bool:
+        return self.summary["status"] == "ok"
+
+
+def error_message(error_word: int) -> str:
+    """The reasons encoded in an experiment's error word, '' if none."""
+    return "; ".join(message for bit, message in ERROR_MESSAGES.items() if error_word & bit)
+
+
+def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.ndarray]:
+    """Per-flow results of experiment ``e`` of the batch, in input order (times in µs)."""
+    flows = experiment.flows
+    n = len(flows)
+    fs = jax.tree.map(lambda x: np.asarray(x[e, :n]), state.flows)
+
+    def us(ps):
+        return np.where(ps == NEVER, np.nan, ps / PS_PER_US)
+
+    begin, finish, rx_finish = us(fs.flow_begin_ps), us(fs.flow_finish_ps), us(fs.flow_rx_finish_ps)
+    return {
+        "id": flows.flow_id,
+        "src": flows.src,
+        "dst": flows.dst,
+        "size_bytes": flows.size_bytes,
+        "start_us": begin,
+        "finish_us": finish,
+        "rx_finish_us": rx_finish,
+        "fct_us": finish - begin,
+        "rx_bytes": fs.flow_rx_bytes,
+    }
+
+
+def results(batch: Batch, state: State, timings: dict | None = None) -> list[Result]:
+    """Split a finished batch into one Result per experiment."""
+    host = jax.device_get(
+        {
+            "time_ps": state.time_ps,
+            "error": state.error,
+            "done": state.done,
+            "n_windows": state.n_windows,
+            "n_packet_hops": state.n_packet_hops,
+            "max_queue": state.ports.port_max_queue_bytes,
+            "pauses": state.links.pfc_pause_count,
+            "tx_bytes": state.ports.port_tx_bytes,
+        }
+    )
+    out = []
+    for e, experiment in enumerate(batch.experiments):
+        columns = flow_columns(experiment, state, e)
+        n_ports = experiment.topology.n_links
+        error = int(host["error"][e])
+        fct = columns["fct_us"]
+        summary = {
+            "status": "ok" if error == 0 and bool(host["done"][e]) else "failed",
+            "error": error_message(error),
+            "n_flows": len(experiment.flows),
+            "flows_finished": int(np.sum(~np.isnan(fct))),
+            "job_time_us": float(np.nanmax(columns["finish_us"])) if np.any(~np.isnan(fct)) else float("nan"),
+            "simulated_time_us": float(host["time_ps"][e] / PS_PER_US),
+            "fct_mean_us": float(np.nanmean(fct)) if np.any(~np.isnan(fct)) else float("nan"),
+            "fct_p50_us": float(np.nanpercentile(fct, 50)) if np.any(~np.isnan(fct)) else float("nan"),
+            "fct_p99_us": float(np.nanpercentile(fct, 99)) if np.any(~np.isnan(fct)) else float("nan"),
+            "max_queue_bytes": int(host["max_queue"][e, :n_ports].max()),
+            "pfc_pauses": int(host["pauses"][e, :n_ports].sum()),
+            "bytes_on_wire": int(host["tx_bytes"][e, :n_ports].sum()),
+            "n_windows": int(host["n_windows"][e]),
+            "n_packet_hops": int(host["n_packet_hops"][e]),
+        }
+        if timings:
+            summary.update({f"batch_{k}": v for k, v in timings.items()})
+        out.append(Result(flows=columns, summary=summary, port_max_queue_bytes=host["max_queue"][e, :n_ports]))
+    return out
+
+
+def simulate(
+    experiments,
+    *,
+    slots_per_host: int = 256,
+    steps_per_call: int = 64,
+    static: Static | None = None,
+    on_progress: Callable[[State], None] | None = None,
+) -> list[Result]:
+    """Simulate ``experiments`` (a list of Experiment) as one batched program."""
+    batch = build_batch(experiments, slots_per_host=slots_per_host, static=static)
+    state, timings = engine.run(batch.params, batch.state, steps_per_call=steps_per_call, on_progress=on_progress)
+    return results(batch, state, timings)
