@@ -156,6 +156,7 @@ def _experiment_arrays(exp: Experiment, table: EcmpTable, s: Static) -> tuple[Pa
         port_host=_pad(port_host, (s.n_ports,), -1),
     )
     nodes = NodeParams(
+        node_is_host=_pad(np.arange(topo.n_nodes) < topo.n_hosts, (s.n_nodes,), False),
         route_next_port=_pad(table.next_port, (s.n_nodes, s.n_hosts, s.route_width), -1),
         route_n_next=_pad(table.n_next, (s.n_nodes, s.n_hosts), 0),
     )

@@ -40,8 +40,9 @@ def set_forward_plan(params: Params, state: State, window_end_ps) -> State:
     with jax.named_scope("forward"):
         pkts = state.packets
         node = params.links.link_dst_node[pkts.pkt_port]
-        n_hosts = params.nics.nic_port.shape[0]
-        arriving = pkts.pkt_valid & pkts.pkt_in_flight & (pkts.pkt_time_ps < window_end_ps) & (node >= n_hosts)
+        arriving = (
+            pkts.pkt_valid & pkts.pkt_in_flight & (pkts.pkt_time_ps < window_end_ps) & ~params.nodes.node_is_host[node]
+        )
         dst_host = jnp.where(pkts.pkt_is_ack, params.flows.flow_src[pkts.pkt_flow], params.flows.flow_dst[pkts.pkt_flow])
         egress = route(params, node, dst_host, pkts.pkt_flow, pkts.pkt_is_ack, pkts.pkt_hop + 1)
         packets = pkts.replace(

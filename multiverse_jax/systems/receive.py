@@ -18,7 +18,11 @@ def receive(params: Params, state: State, window_end_ps) -> State:
         n_flows = flows.flow_rx_packets.shape[0]
         node = params.links.link_dst_node[pkts.pkt_port]
         delivered = (
-            pkts.pkt_valid & pkts.pkt_in_flight & ~pkts.pkt_is_ack & (pkts.pkt_time_ps < window_end_ps) & (node < n_hosts)
+            pkts.pkt_valid
+            & pkts.pkt_in_flight
+            & ~pkts.pkt_is_ack
+            & (pkts.pkt_time_ps < window_end_ps)
+            & params.nodes.node_is_host[node]
         )
         payload = pkts.pkt_bytes.astype(jnp.int64) - params.header_bytes
         rx_packets = flows.flow_rx_packets + count_by(delivered, pkts.pkt_flow, n_flows)

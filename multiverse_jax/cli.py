@@ -1,0 +1,88 @@
+"""The ``multiverse-jax`` command: one experiment from the Hydra config, run and reported.
+
+Exit codes: 0 success; 1 the simulation failed (outputs are still written); 2 bad input
+(a config key or an input file; the message names it, no traceback).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from multiverse_jax.components.experiment import State
+from multiverse_jax.config import experiment_from_config, resolve_config, run_options
+from multiverse_jax.errors import InputError
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+def _slowest_time_us(state: State) -> float:
+    """Simulated time of the experiment furthest behind among those still running."""
+    time_ps, done, error = (np.asarray(x) for x in (state.time_ps, state.done, state.error))
+    running = ~done & (error == 0)
+    return float((time_ps[running] if running.any() else time_ps).min()) / 1e6
+
+
+def run(cfg, output_dir, *, console: Console | None = None) -> int:
+    """Build, simulate and report the experiment of ``cfg``; write outputs to ``output_dir``.
+
+    Returns the exit code. Bad input is reported on stderr before any simulation starts.
+    """
+    from multiverse_jax.report.outputs import summary_table, write_outputs
+    from multiverse_jax.simulate import simulate
+
+    console = console or Console()
+    errors = Console(stderr=True)
+    try:
+        config = resolve_config(cfg)
+        experiment = experiment_from_config(config)
+        options = run_options(config)
+        plots = config["output"]["plots"]
+        if not isinstance(plots, bool):
+            raise InputError(f"output.plots must be true or false, got {plots!r}")
+    except InputError as exc:
+        errors.print(f"[bold red]error:[/bold red] {exc}", markup=True, highlight=False, soft_wrap=True)
+        return EXIT_BAD_INPUT
+
+    console.print(
+        f"{experiment.topology.name}: {experiment.topology.n_hosts} hosts, {len(experiment.flows)} flows",
+        highlight=False,
+    )
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=errors, transient=True
+    ) as progress:
+        task = progress.add_task("compiling and simulating")
+
+        def on_progress(state: State) -> None:
+            progress.update(task, description=f"simulated {_slowest_time_us(state):,.1f} µs")
+
+        result = simulate([experiment], on_progress=on_progress, **options)[0]
+
+    console.print(summary_table([result], names=[experiment.topology.name]))
+    files = write_outputs(result, output_dir, experiment, plots=plots, config=config)
+    console.print(f"outputs in {Path(output_dir).resolve()}: {', '.join(p.name for p in files.values())}", highlight=False)
+    if not result.ok:
+        errors.print(f"[bold red]simulation failed:[/bold red] {result.summary['error'] or 'did not finish'}",
+                     highlight=False, soft_wrap=True)
+        return EXIT_FAILED
+    return 0
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    code = run(cfg, HydraConfig.get().runtime.output_dir)
+    if code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""From a Hydra config (``conf/config.yaml``) to an :class:`Experiment` and run options.
+
+``experiment_from_config(cfg)`` accepts an OmegaConf ``DictConfig`` or a plain nested
+dict; keys it does not give take the shipped defaults. Every bad value raises an
+:class:`InputError` that names the config key (or the file and line) and what is valid,
+before any JAX work starts.
+
+Workloads (``workload.kind``):
+
+* ``permutation``: every host sends ``workload.flow_bytes`` to another host, the
+  destinations a random derangement drawn with ``sim.seed``; all start at ``start_us``;
+* ``incast``: hosts 1..``workload.senders`` each send ``flow_bytes`` to host 0 at ``start_us``;
+* ``cm``: the htsim connection matrix at ``workload.path``.
+
+``workload.routes`` (optional, any kind) pins paths from a CSV (see ``workload/routes.py``).
+Relative paths are resolved against the directory the program was started in (Hydra may
+change the working directory; ``hydra.utils.to_absolute_path`` undoes that).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import decimal
+import functools
+import math
+import numbers
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from multiverse_jax.batch import Experiment
+from multiverse_jax.errors import InputError
+from multiverse_jax.topology import build_topology
+from multiverse_jax.topology.graph import PS_PER_US, Topology
+from multiverse_jax.workload.flows import FlowSet, make_flows
+from multiverse_jax.workload.htsim_cm import load_cm
+from multiverse_jax.workload.routes import load_routes
+
+CONFIG_PATH = Path(__file__).parent / "conf" / "config.yaml"
+WORKLOAD_KINDS = ("permutation", "incast", "cm")
+
+
+@functools.cache
+def _defaults() -> dict:
+    defaults = OmegaConf.to_container(OmegaConf.load(CONFIG_PATH), resolve=False)
+    defaults.pop("hydra", None)
+    return defaults
+
+
+def _merge(defaults: dict, given: dict, prefix: str) -> dict:
+    """``given`` over ``defaults``; unknown keys are errors that list the known ones."""
+    out = copy.deepcopy(defaults)
+    for key, value in given.items():
+        full = f"{prefix}{key}"
+        if key not in defaults:
+            known = ", ".join(f"{prefix}{k}" for k in defaults)
+            raise InputError(f"unknown config key {full!r} (valid keys: {known})")
+        if isinstance(defaults[key], dict):
+            if not isinstance(value, dict):
+                raise InputError(f"{full} must be a group of keys ({', '.join(defaults[key])}), got {value!r}")
+            out[key] = _merge(defaults[key], value, f"{full}.")
+        else:
+            out[key] = value
+    return out
+
+
+def resolve_config(cfg) -> dict:
+    """The full config as a plain dict: ``cfg`` (DictConfig or dict) over the shipped defaults."""
+    try:
+        given = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else copy.deepcopy(dict(cfg))
+    except OmegaConfBaseException as exc:
+        raise InputError(f"cannot resolve the config: {exc}") from None
+    given.pop("hydra", None)
+    return _merge(_defaults(), given, "")
+
+
+def _get(c: dict, key: str):
+    section, _, name = key.partition(".")
+    return c[section][name] if name else c[section]
+
+
+def _integer(c: dict, key: str, minimum: int | None = None) -> int:
+    """The integer at ``key`` (integral floats such as 2e6 accepted), at least ``minimum``."""
+    value = _get(c, key)
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value != int(value) or (minimum is not None and value < minimum):
+        bound = f" >= {minimum}" if minimum is not None else ""
+        raise InputError(f"{key} must be an integer{bound}, got {value!r}")
+    return int(value)
+
+
+def _number(c: dict, key: str, *, positive: bool) -> float:
+    """The finite number at ``key``: > 0 when ``positive``, else >= 0."""
+    value = _get(c, key)
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (positive and value == 0):
+        raise InputError(f"{key} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
+    return float(value)
+
+
+def _choice(c: dict, key: str, valid) -> str:
+    value = _get(c, key)
+    if value not in valid:
+        raise InputError(f"{key} must be one of {', '.join(valid)}, got {value!r}")
+    return value
+
+
+def _path(c: dict, key: str) -> str | None:
+    """The file named at ``key`` (absolute, relative to the original working directory), or None."""
+    value = _get(c, key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, (str, Path)):
+        raise InputError(f"{key} must be a file path, got {value!r}")
+    from hydra.utils import to_absolute_path
+
+    return to_absolute_path(str(value))
+
+
+def derangement(n: int, seed: int) -> np.ndarray:
+    """(n,) a uniformly random permutation without fixed points (n >= 2), fixed by ``seed``."""
+    rng = np.random.default_rng(seed)
+    while True:  # rejection sampling: about e draws on average
+        perm = rng.permutation(n)
+        if not np.any(perm == np.arange(n)):
+            return perm
+
+
+def _cm_nodes(path: str) -> int:
+    """The ``Nodes`` header of a connection matrix that ``load_cm`` has already accepted."""
+    with open(path, encoding="utf-8") as handle:
+        for text in handle:
+            tokens = text.split()
+            if len(tokens) == 2 and tokens[0] == "Nodes":
+                return int(decimal.Decimal(tokens[1]))
+    raise InputError("missing header 'Nodes'", source=path)
+
+
+def _workload(c: dict, topology: Topology) -> FlowSet:
+    kind = _choice(c, "workload.kind", WORKLOAD_KINDS)
+    n_hosts = topology.n_hosts
+    if kind == "cm":
+        path = _path(c, "workload.path")
+        if path is None:
+            raise InputError("workload.path must name an htsim connection matrix (.cm) when workload.kind is 'cm'")
+        flows = load_cm(path)
+        n_nodes = _cm_nodes(path)
+        if n_nodes > n_hosts:
+            raise InputError(
+                f"the connection matrix has Nodes {n_nodes} but topology {topology.name} has only {n_hosts} hosts "
+                f"(workload.path needs at most {n_hosts} nodes, or choose a larger topology)",
+                source=path,
+            )
+        return flows
+    size = _integer(c, "workload.flow_bytes", 1)
+    start_ps = round(_number(c, "workload.start_us", positive=False) * PS_PER_US)
+    if kind == "permutation":
+        if n_hosts < 2:
+            raise InputError(f"workload.kind=permutation needs at least 2 hosts; topology {topology.name} has {n_hosts}")
+        src = np.arange(n_hosts)
+        return make_flows(src, derangement(n_hosts, _integer(c, "sim.seed", 0)), size, start_ps)
+    senders = _integer(c, "workload.senders", 1)
+    if senders >= n_hosts:
+        raise InputError(
+            f"workload.senders must be < the host count {n_hosts} of topology {topology.name} "
+            f"(valid: 1..{n_hosts - 1}), got {senders}"
+        )
+    return make_flows(np.arange(1, senders + 1), 0, size, start_ps)
+
+
+def experiment_from_config(cfg) -> Experiment:
+    """The validated experiment that ``cfg`` describes (its ECMP table already built)."""
+    c = resolve_config(cfg)
+    topo_cfg = c["topology"]
+    topology = build_topology(
+        _choice(c, "topology.kind", ("fattree", "leafspine", "rail", "custom")),
+        k=topo_cfg["k"],
+        leaves=topo_cfg["leaves"],
+        hosts_per_leaf=topo_cfg["hosts_per_leaf"],
+        oversubscription=topo_cfg["oversubscription"],
+        servers=topo_cfg["servers"],
+        gpus_per_server=topo_cfg["gpus_per_server"],
+        servers_per_leaf=topo_cfg["servers_per_leaf"],
+        spines=topo_cfg["spines"],
+        path=_path(c, "topology.path") if topo_cfg["kind"] == "custom" else None,
+        rate_gbps=c["link"]["rate_gbps"],
+        delay_us=c["link"]["delay_us"],
+    )
+    flows = _workload(c, topology)
+    routes_path = _path(c, "workload.routes")
+    experiment = Experiment(
+        topology=topology,
+        flows=flows,
+        routes=load_routes(routes_path, topology, flows) if routes_path is not None else None,
+        payload_bytes=_integer(c, "packet.payload_bytes"),
+        header_bytes=_integer(c, "packet.header_bytes"),
+        ack_bytes=_integer(c, "packet.ack_bytes"),
+        buffer_bytes=_integer(c, "switch.buffer_bytes"),
+        pfc_xoff_bytes=_integer(c, "switch.pfc_xoff_bytes"),
+        pfc_xon_bytes=_integer(c, "switch.pfc_xon_bytes"),
+        cc=c["cc"],
+        lb=c["lb"],
+        seed=_integer(c, "sim.seed", 0),
+        max_time_us=_number(c, "sim.max_time_us", positive=True),
+    )
+    return dataclasses.replace(experiment, ecmp=experiment.validate())
+
+
+def run_options(cfg) -> dict:
+    """Keyword arguments of ``simulate`` that the config sets (``sim.*``)."""
+    c = resolve_config(cfg)
+    return {
+        "slots_per_host": _integer(c, "sim.packets_per_host", 1),
+        "steps_per_call": _integer(c, "sim.steps_per_call", 1),
+    }

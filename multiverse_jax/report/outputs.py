@@ -1,0 +1,128 @@
+"""What a run leaves on disk, and the table it prints.
+
+``write_outputs`` writes into ``run_dir``:
+
+* ``summary.json``: the result's summary scalars (NaN written as null), the topology's
+  name and, if given, the resolved config under ``config``;
+* ``flows.parquet``: every per-flow column of the result;
+* ``fct.csv``: ``id,src,dst,size_bytes,start_us,finish_us,rx_finish_us,fct_us`` (times in
+  µs; empty where a flow never started or finished);
+* ``fct_cdf.png`` (when ``plots``): the empirical CDF of the flow completion times.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rich.table import Table
+
+FCT_COLUMNS = ("id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us")
+
+
+def _plain(value):
+    """JSON-safe Python value: NumPy scalars unwrapped, NaN/inf as None."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _csv_cell(value) -> str:
+    if isinstance(value, (float, np.floating)):
+        return "" if math.isnan(value) else repr(float(value))
+    return str(int(value))
+
+
+def write_fct_csv(flows: dict[str, np.ndarray], path: Path) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(FCT_COLUMNS)
+        for row in zip(*(flows[name] for name in FCT_COLUMNS)):
+            writer.writerow([_csv_cell(v) for v in row])
+
+
+def plot_fct_cdf(fct_us: np.ndarray, title: str, path: Path) -> None:
+    """Step plot of the empirical CDF of the finished flows' completion times."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    finished = np.sort(fct_us[~np.isnan(fct_us)])
+    if finished.size:
+        fraction = np.arange(1, finished.size + 1) / fct_us.size
+        ax.step(np.concatenate([[0.0], finished]), np.concatenate([[0.0], fraction]), where="post")
+    else:
+        ax.text(0.5, 0.5, "no flow finished", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("flow completion time (µs)")
+    ax.set_ylabel("fraction of flows")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlim(left=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict | None = None) -> dict[str, Path]:
+    """Write a result's files into ``run_dir`` (created if needed); returns them by name."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    files = {
+        "summary": run_dir / "summary.json",
+        "flows": run_dir / "flows.parquet",
+        "fct": run_dir / "fct.csv",
+    }
+    summary = {**result.summary, "topology": experiment.topology.name}
+    if config is not None:
+        summary["config"] = config
+    files["summary"].write_text(json.dumps(_plain(summary), indent=2) + "\n")
+    pq.write_table(pa.table({name: np.asarray(col) for name, col in result.flows.items()}), files["flows"])
+    write_fct_csv(result.flows, files["fct"])
+    if plots:
+        files["fct_cdf"] = run_dir / "fct_cdf.png"
+        n = len(result.flows["fct_us"])
+        title = f"FCT CDF: {experiment.topology.name}, {n} flow{'s' if n != 1 else ''}"
+        plot_fct_cdf(np.asarray(result.flows["fct_us"], float), title, files["fct_cdf"])
+    return files
+
+
+def summary_table(results, names=None) -> Table:
+    """One row per result: status, flows finished, job time, FCT percentiles, queues, PFC."""
+    table = Table(title="multiverse-jax results")
+    for header in ("experiment", "status", "flows done", "job time (µs)", "FCT mean (µs)",
+                   "FCT p50 (µs)", "FCT p99 (µs)", "max queue (B)", "PFC pauses", "wall (s)"):
+        table.add_column(header, justify="left" if header in ("experiment", "status") else "right")
+
+    def us(value) -> str:
+        return "-" if value is None or math.isnan(value) else f"{value:,.3f}"
+
+    for i, result in enumerate(results):
+        s = result.summary
+        status = "[green]ok[/green]" if result.ok else f"[red]{s['status']}[/red]"
+        wall = s.get("batch_wall_s")
+        table.add_row(
+            str(names[i]) if names is not None else str(i),
+            status,
+            f"{s['flows_finished']}/{s['n_flows']}",
+            us(s["job_time_us"]),
+            us(s["fct_mean_us"]),
+            us(s["fct_p50_us"]),
+            us(s["fct_p99_us"]),
+            f"{s['max_queue_bytes']:,}",
+            f"{s['pfc_pauses']:,}",
+            f"{wall:.2f}" if wall is not None else "-",
+        )
+    return table

@@ -1,0 +1,87 @@
+"""Shared helpers: runs padded to a few fixed shapes, so tests share compiled programs."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
+from multiverse_jax.batch import build_batch
+from multiverse_jax.components.static import Static
+from multiverse_jax.simulate import simulate
+
+# One shape for every small test network (k=4 fat-tree: 36 nodes, 16 hosts, 96 ports).
+SMALL = Static(
+    n_nodes=40,
+    n_hosts=16,
+    n_ports=96,
+    n_flows=16,
+    n_triggers=4,
+    n_activators=4,
+    route_width=4,
+    pinned_len=8,
+    slots_per_host=128,
+    pfc_history=8,
+)
+
+
+def run_small(experiments, **overrides):
+    """Simulate experiments padded to SMALL (shared compilation)."""
+    static = dataclasses.replace(SMALL, **overrides)
+    return simulate(experiments, slots_per_host=static.slots_per_host, static=static)
+
+
+@pytest.fixture
+def small_static():
+    return SMALL
+
+
+def wire_sizes(size_bytes, payload=4096, header=64):
+    """Wire size of each packet of a message (the last one carries the remainder)."""
+    n = -(-size_bytes // payload)
+    sizes = [payload + header] * n
+    sizes[-1] = size_bytes - (n - 1) * payload + header
+    return sizes
+
+
+def pipeline_ps(ready_ps, wire, rates_bps, delays_ps):
+    """Arrival (last bit at the far end) of each packet of a stream on an idle path.
+
+    F(i, j) = max(F(i, j-1) + d_{j-1}, F(i-1, j)) + wire_i * 8 / R_j: packet i finishes
+    serialising on link j; it is ready at the first link at ready_ps[i]. Integers, ps.
+    """
+    prev = None
+    arrivals = []
+    for ready, w in zip(ready_ps, wire):
+        cur = []
+        for j, rate in enumerate(rates_bps):
+            start = ready if j == 0 else cur[j - 1] + delays_ps[j - 1]
+            if prev is not None:
+                start = max(start, prev[j])
+            cur.append(start + -(-w * 8 * 10**12 // rate))
+        prev = cur
+        arrivals.append(cur[-1] + delays_ps[-1])
+    return arrivals
+
+
+def store_and_forward_ps(wire, rates_bps, delays_ps, ack_bytes=64, start_ps=0):
+    """Closed form of one flow on an idle path: (receiver has the last byte, sender has the
+    last ACK). Each ACK leaves the receiver when its data packet arrives and crosses the
+    path backwards (it can queue behind the previous ACK at a slower link)."""
+    rx = pipeline_ps([start_ps] * len(wire), wire, rates_bps, delays_ps)
+    acks = pipeline_ps(rx, [ack_bytes] * len(wire), rates_bps[::-1], delays_ps[::-1])
+    return rx[-1], acks[-1]
+
+
+def chain(rates_gbps, delays_us):
+    """h0 - s0 - s1 - ... - h1: a path of len(rates) links."""
+    from multiverse_jax.topology.graph import from_cables
+
+    hops = len(rates_gbps)
+    names = ["h0", "h1"] + [f"s{i}" for i in range(hops - 1)]
+    path = [0] + list(range(2, 2 + hops - 1)) + [1]
+    cables = [(path[i], path[i + 1], rates_gbps[i], delays_us[i]) for i in range(hops)]
+    return from_cables(f"chain{hops}", names, 2, cables)
+
+
+__all__ = ["SMALL", "run_small", "wire_sizes", "store_and_forward_ps", "chain", "build_batch", "np"]

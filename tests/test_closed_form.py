@@ -1,0 +1,55 @@
+"""One flow on an idle path finishes exactly at the store-and-forward closed form."""
+
+import numpy as np
+import pytest
+
+from conftest import chain, run_small, store_and_forward_ps, wire_sizes
+from multiverse_jax.batch import Experiment
+from multiverse_jax.topology import fattree
+from multiverse_jax.workload.flows import make_flows
+
+PS = 1_000_000  # ps per µs
+
+
+@pytest.mark.parametrize("size", [1, 4096, 10_000, 3 * 4096 + 1, 100_000])
+@pytest.mark.parametrize(
+    "rates,delays",
+    [
+        ([100], [1.0]),  # 1 hop: two NICs back to back
+        ([100, 100], [1.0, 1.0]),  # 2 hops: through one switch
+        ([100, 40, 400, 100], [1.0, 2.5, 1.5, 1.0]),  # 4 hops, mixed rates and delays
+    ],
+)
+def test_chain_matches_closed_form(size, rates, delays):
+    topo = chain(rates, delays)
+    result = run_small([Experiment(topo, make_flows([0], [1], [size], [3 * PS]))])[0]
+    assert result.ok, result.summary
+    rx, ack = store_and_forward_ps(
+        wire_sizes(size), [int(r * 1e9) for r in rates], [int(d * PS) for d in delays], start_ps=3 * PS
+    )
+    assert result.flows["rx_finish_us"][0] * PS == pytest.approx(rx, abs=1000)  # ±1 ns
+    assert result.flows["finish_us"][0] * PS == pytest.approx(ack, abs=1000)
+    assert result.flows["rx_bytes"][0] == size
+
+
+@pytest.mark.parametrize("size", [10_000, 64 * 4096])
+def test_fattree_six_hops_closed_form(size):
+    """Cross-pod in a k=4 fat-tree: 6 hops; with equal packets (P + h - 1) W 8/R + h d."""
+    topo = fattree(4, 100.0, 1.0)
+    result = run_small([Experiment(topo, make_flows([0], [15], [size], [0]))])[0]
+    rx, ack = store_and_forward_ps(wire_sizes(size), [100 * 10**9] * 6, [PS] * 6)
+    assert result.flows["rx_finish_us"][0] * PS == pytest.approx(rx, abs=1000)
+    assert result.flows["finish_us"][0] * PS == pytest.approx(ack, abs=1000)
+    if size % 4096 == 0:
+        packets, wire_ps = size // 4096, 4160 * 80  # 80 ps per byte at 100 Gb/s
+        assert rx == (packets + 6 - 1) * wire_ps + 6 * PS
+
+
+def test_idle_network_jumps_to_next_flow():
+    """A flow starting late costs no windows while the network is idle."""
+    topo = fattree(4, 100.0, 1.0)
+    early = run_small([Experiment(topo, make_flows([0], [15], [10_000], [0]))])[0]
+    late = run_small([Experiment(topo, make_flows([0], [15], [10_000], [500 * PS]))])[0]
+    assert late.flows["fct_us"][0] == pytest.approx(early.flows["fct_us"][0], abs=1e-6)
+    assert late.summary["n_windows"] == early.summary["n_windows"]
+    assert np.isclose(late.flows["start_us"][0], 500.0)
