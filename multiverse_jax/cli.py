@@ -13,9 +13,9 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from multiverse_jax.components.experiment import State
 from multiverse_jax.config import experiment_from_config, resolve_config, run_options
 from multiverse_jax.errors import InputError
 
@@ -23,7 +23,7 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 
-def _slowest_time_us(state: State) -> float:
+def _slowest_time_us(state) -> float:
     """Simulated time of the experiment furthest behind among those still running."""
     time_ps, done, error = (np.asarray(x) for x in (state.time_ps, state.done, state.error))
     running = ~done & (error == 0)
@@ -48,7 +48,7 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
         if not isinstance(plots, bool):
             raise InputError(f"output.plots must be true or false, got {plots!r}")
     except InputError as exc:
-        errors.print(f"[bold red]error:[/bold red] {exc}", markup=True, highlight=False, soft_wrap=True)
+        errors.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return EXIT_BAD_INPUT
 
     console.print(
@@ -60,16 +60,16 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
     ) as progress:
         task = progress.add_task("compiling and simulating")
 
-        def on_progress(state: State) -> None:
+        def on_progress(state) -> None:
             progress.update(task, description=f"simulated {_slowest_time_us(state):,.1f} µs")
 
         result = simulate([experiment], on_progress=on_progress, **options)[0]
 
-    console.print(summary_table([result], names=[experiment.topology.name]))
+    console.print(summary_table([result], title=f"{experiment.topology.name} (wall {result.summary['batch_wall_s']:.2f} s)"))
     files = write_outputs(result, output_dir, experiment, plots=plots, config=config)
     console.print(f"outputs in {Path(output_dir).resolve()}: {', '.join(p.name for p in files.values())}", highlight=False)
     if not result.ok:
-        errors.print(f"[bold red]simulation failed:[/bold red] {result.summary['error'] or 'did not finish'}",
+        errors.print(f"[bold red]simulation failed:[/bold red] {escape(result.summary['error'] or 'did not finish')}",
                      highlight=False, soft_wrap=True)
         return EXIT_FAILED
     return 0

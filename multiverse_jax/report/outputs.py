@@ -99,23 +99,21 @@ def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict 
     return files
 
 
-def summary_table(results, names=None) -> Table:
+def summary_table(results, names=None, title: str = "multiverse-jax results") -> Table:
     """One row per result: status, flows finished, job time, FCT percentiles, queues, PFC."""
-    table = Table(title="multiverse-jax results")
-    for header in ("experiment", "status", "flows done", "job time (µs)", "FCT mean (µs)",
-                   "FCT p50 (µs)", "FCT p99 (µs)", "max queue (B)", "PFC pauses", "wall (s)"):
-        table.add_column(header, justify="left" if header in ("experiment", "status") else "right")
+    table = Table(title=title, caption="times in µs, queues in bytes")
+    columns = ("#", "status", "flows", "job time", "FCT mean", "FCT p50", "FCT p99", "max queue", "PFC pauses")
+    for header in columns:
+        table.add_column(header, justify="left" if header in ("#", "status") else "right")
 
     def us(value) -> str:
-        return "-" if value is None or math.isnan(value) else f"{value:,.3f}"
+        return "-" if value is None or math.isnan(value) else f"{value:,.1f}"
 
     for i, result in enumerate(results):
         s = result.summary
-        status = "[green]ok[/green]" if result.ok else f"[red]{s['status']}[/red]"
-        wall = s.get("batch_wall_s")
         table.add_row(
             str(names[i]) if names is not None else str(i),
-            status,
+            "[green]ok[/green]" if result.ok else f"[red]{s['status']}[/red]",
             f"{s['flows_finished']}/{s['n_flows']}",
             us(s["job_time_us"]),
             us(s["fct_mean_us"]),
@@ -123,6 +121,5 @@ def summary_table(results, names=None) -> Table:
             us(s["fct_p99_us"]),
             f"{s['max_queue_bytes']:,}",
             f"{s['pfc_pauses']:,}",
-            f"{wall:.2f}" if wall is not None else "-",
         )
     return table

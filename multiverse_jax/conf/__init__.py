@@ -1,0 +1,1 @@
+"""The default Hydra config tree of ``multiverse-jax`` (a package so Hydra can find it)."""

@@ -1,0 +1,151 @@
+"""Backpressure, triggers, pinned routes, batching and capacity errors of the engine."""
+
+import dataclasses
+
+import chex
+import jax
+import numpy as np
+import pytest
+
+from conftest import SMALL, run_small, wire_sizes
+from multiverse_jax import engine
+from multiverse_jax.batch import Experiment, build_batch
+from multiverse_jax.simulate import results, simulate
+from multiverse_jax.topology import fattree, leafspine
+from multiverse_jax.workload.flows import TRIGGER_BARRIER, TRIGGER_ONESHOT, FlowSet, Triggers, make_flows
+from multiverse_jax.workload.routes import PinnedRoutes
+
+PS = 1_000_000
+K4 = fattree(4, 100.0, 1.0)
+
+
+def test_incast_finishes_at_bottleneck_rate_without_overflow():
+    """8 senders into h0: the last flow ends within 1 % of (all wire bytes at the bottleneck
+    rate + path latency), PFC pauses upstream and no queue exceeds its buffer."""
+    senders, size = 8, 500_000
+    exp = Experiment(K4, make_flows(np.arange(1, senders + 1), 0, size, 0), buffer_bytes=1_000_000)
+    result = run_small([exp])[0]
+    assert result.ok, result.summary
+    total_wire = senders * sum(wire_sizes(size))
+    rate_bytes_per_ps = 100e9 / 8 / 1e12
+    # path latency: the first packet reaches the bottleneck (h1 -> tor0), the last one
+    # crosses the bottleneck link, and its ACK returns over up to 6 hops.
+    latency_ps = (4160 / rate_bytes_per_ps + PS) + PS + 6 * (PS + 64 / rate_bytes_per_ps)
+    expected_us = (total_wire / rate_bytes_per_ps + latency_ps) / PS
+    assert np.nanmax(result.flows["finish_us"]) == pytest.approx(expected_us, rel=0.01)
+    assert result.summary["pfc_pauses"] > 0
+    assert result.summary["max_queue_bytes"] <= 1_000_000
+    assert (result.flows["rx_bytes"] == size).all()
+
+
+def test_small_buffer_is_an_error_not_a_loss():
+    exp = Experiment(K4, make_flows(np.arange(1, 9), 0, 200_000, 0), buffer_bytes=20_000, pfc_xoff_bytes=20_000, pfc_xon_bytes=10_000)
+    result = run_small([exp])[0]
+    assert not result.ok
+    assert "switch.buffer_bytes" in result.summary["error"]
+
+
+def test_pool_exhaustion_is_an_error():
+    exp = Experiment(K4, make_flows([0], [15], [2_000_000], [0]))
+    result = run_small([exp], slots_per_host=8)[0]
+    assert not result.ok
+    assert "sim.packets_per_host" in result.summary["error"]
+
+
+def _chained_flows(kind, count=1):
+    """Flows 1 and 2 activate trigger 0 (at send_done and recv_done); flow 3 waits on it."""
+    return FlowSet(
+        flow_id=np.array([1, 2, 3]),
+        src=np.array([0, 4, 8], np.int32),
+        dst=np.array([15, 12, 3], np.int32),
+        size_bytes=np.array([50_000, 20_000, 30_000]),
+        start_ps=np.array([0, 2 * PS, -1]),
+        prio=np.zeros(3, np.int32),
+        trigger=np.array([-1, -1, 0], np.int32),
+        send_done_trigger=np.array([0, -1, -1], np.int32),
+        recv_done_trigger=np.array([-1, 0, -1], np.int32),
+        triggers=Triggers(np.array([7]), np.array([kind], np.int8), np.array([count], np.int32), np.array([0], np.int32)),
+    )
+
+
+@pytest.mark.parametrize("kind,count", [(TRIGGER_ONESHOT, 1), (TRIGGER_BARRIER, 2)])
+def test_trigger_starts_flow_at_exact_activation(kind, count):
+    result = run_small([Experiment(K4, _chained_flows(kind, count))])[0]
+    assert result.ok, result.summary
+    f = result.flows
+    activations = sorted([f["finish_us"][0], f["rx_finish_us"][1]])
+    assert f["start_us"][2] == pytest.approx(activations[count - 1], abs=1e-6)
+    assert f["finish_us"][2] > f["start_us"][2]
+
+
+def test_pinned_route_is_followed():
+    """h0 -> h15 pinned through core3 (data) and core0 (ACKs): only those cores carry bytes."""
+    flows = make_flows([0], [15], [100_000], [0])
+    names = K4.node_names
+
+    def ports(path):
+        ids = [names.index(n) for n in path.split()]
+        return [K4.link_between(a, b) for a, b in zip(ids, ids[1:])]
+
+    data = ports("h0 tor0 agg1 core3 agg7 tor7 h15")
+    ack = ports("h15 tor7 agg6 core0 agg0 tor0 h0")
+    routes = PinnedRoutes(np.array([data], np.int32), np.array([ack], np.int32))
+    batch = build_batch([Experiment(K4, flows, routes=routes)], static=SMALL, slots_per_host=SMALL.slots_per_host)
+    state, _ = engine.run(batch.params, batch.state)
+    tx = np.asarray(state.ports.port_tx_bytes[0, : K4.n_links])
+    used = set(np.nonzero(tx)[0])
+    assert used == set(data) | set(ack)
+    assert tx[data[0]] == sum(wire_sizes(100_000))
+    assert tx[ack[0]] == 64 * len(wire_sizes(100_000))
+
+
+def _mixed_experiments():
+    """Four experiments that differ in everything but shape: topology, rates, delays,
+    buffers, thresholds, flows and seed."""
+    ls = leafspine(4, 4, 2, 100.0, 1.0)
+    rng = np.random.default_rng(7)
+    exps = []
+    for e, topo in enumerate([K4, ls, fattree(4, 40.0, 2.0), K4]):
+        n = 6 + 2 * e
+        src = rng.integers(0, topo.n_hosts, n)
+        dst = (src + 1 + rng.integers(0, topo.n_hosts - 1, n)) % topo.n_hosts
+        flows = make_flows(src, dst, rng.integers(1_000, 120_000, n), rng.integers(0, 5 * PS, n))
+        exps.append(Experiment(topo, flows, seed=e, buffer_bytes=1_500_000 - 100_000 * e, pfc_xoff_bytes=150_000 + 20_000 * e))
+    return exps
+
+
+def test_batch_equals_each_experiment_alone():
+    exps = _mixed_experiments()
+    together = run_small(exps)
+    for exp, batched in zip(exps, together):
+        alone = simulate([exp], slots_per_host=SMALL.slots_per_host)[0]  # its own, unpadded shapes
+        assert batched.ok and alone.ok
+        for column in ("start_us", "finish_us", "rx_finish_us", "rx_bytes"):
+            np.testing.assert_array_equal(batched.flows[column], alone.flows[column])
+        np.testing.assert_array_equal(batched.port_max_queue_bytes, alone.port_max_queue_bytes)
+        assert batched.summary["n_packet_hops"] == alone.summary["n_packet_hops"]
+
+
+def test_new_parameters_same_shapes_do_not_retrace():
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def two_windows(params, state):
+        return jax.lax.scan(lambda s, _: (jax.vmap(engine.step)(params, s), None), state, None, length=2)[0]
+
+    exps = _mixed_experiments()
+    first = build_batch(exps[:2], static=SMALL, slots_per_host=SMALL.slots_per_host)
+    other = [dataclasses.replace(e, seed=e.seed + 10, buffer_bytes=900_000) for e in exps[2:]]
+    second = build_batch(other, static=SMALL, slots_per_host=SMALL.slots_per_host)
+    two_windows(first.params, first.state)
+    two_windows(second.params, second.state)  # a second trace would raise here
+    bigger = build_batch(exps[:2], static=dataclasses.replace(SMALL, n_flows=32), slots_per_host=SMALL.slots_per_host)
+    with pytest.raises(AssertionError):
+        two_windows(bigger.params, bigger.state)  # the guard does fire on a new shape
+
+
+def test_results_of_a_failed_point_do_not_stop_the_others():
+    good = Experiment(K4, make_flows([0], [15], [10_000], [0]))
+    bad = Experiment(K4, make_flows(np.arange(1, 9), 0, 200_000, 0), buffer_bytes=20_000, pfc_xoff_bytes=20_000, pfc_xon_bytes=10_000)
+    out = run_small([good, bad])
+    assert out[0].ok and not out[1].ok
+    assert out[0].flows["finish_us"][0] == pytest.approx(14.51008, abs=1e-6)
