@@ -1,0 +1,165 @@
+"""The Hydra CLI, its config -> Experiment mapping and the files a run writes."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hydra import compose, initialize_config_module
+
+from multiverse_jax.cli import run
+from multiverse_jax.config import experiment_from_config
+from multiverse_jax.errors import InputError
+
+FCT_HEADER = ["id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us"]
+SMALL = "workload.flow_bytes=20000"
+
+# Flow 7 starts at 0; 8 starts when 7 completes at its sender; 9 when 8 does.
+CHAIN_CM = """Nodes 16
+Connections 3
+Triggers 2
+0->15 id 7 start 0 size 20000 send_done_trigger 1
+3->12 id 8 trigger 1 size 12000 send_done_trigger 2
+5->6 id 9 trigger 2 size 4096
+trigger id 1 oneshot
+trigger id 2 oneshot
+"""
+
+
+def config(*overrides):
+    with initialize_config_module("multiverse_jax.conf", version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+def read_fct(run_dir):
+    with open(run_dir / "fct.csv", newline="") as handle:
+        rows = list(csv.reader(handle))
+    return rows[0], [dict(zip(rows[0], row)) for row in rows[1:]]
+
+
+def test_default_job_writes_outputs(tmp_path):
+    assert run(config(SMALL), tmp_path) == 0
+    assert {p.name for p in tmp_path.iterdir()} >= {"summary.json", "flows.parquet", "fct.csv", "fct_cdf.png"}
+    header, rows = read_fct(tmp_path)
+    assert header == FCT_HEADER
+    assert len(rows) == 16  # fattree k=4: one permutation flow per host
+    assert sorted(int(r["id"]) for r in rows) == list(range(16))
+    for r in rows:
+        assert int(r["size_bytes"]) == 20000
+        assert float(r["fct_us"]) == float(r["finish_us"]) - float(r["start_us"])
+        assert float(r["start_us"]) == 0.0 and float(r["rx_finish_us"]) <= float(r["finish_us"])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["flows_finished"] == 16
+    assert summary["config"]["workload"]["flow_bytes"] == 20000
+    table = pq.read_table(tmp_path / "flows.parquet")
+    assert set(FCT_HEADER) <= set(table.column_names) and table.num_rows == 16
+
+
+def test_failed_run_writes_outputs_and_exits_1(tmp_path, capsys):
+    assert run(config(SMALL, "sim.max_time_us=5"), tmp_path) == 1
+    assert "simulation failed" in capsys.readouterr().err
+    _, rows = read_fct(tmp_path)
+    assert len(rows) == 16 and all(r["finish_us"] == "" for r in rows)
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
+
+
+def test_cm_workload_trigger_chain(tmp_path, monkeypatch):
+    (tmp_path / "chain.cm").write_text(CHAIN_CM)
+    monkeypatch.chdir(tmp_path)  # workload.path is relative to the starting directory
+    out = tmp_path / "out"
+    assert run(config("workload.kind=cm", "workload.path=chain.cm", "output.plots=false"), out) == 0
+    assert not (out / "fct_cdf.png").exists()
+    _, rows = read_fct(out)
+    by_id = {int(r["id"]): r for r in rows}
+    assert list(by_id) == [7, 8, 9]
+    assert float(by_id[7]["start_us"]) == 0.0
+    assert float(by_id[8]["start_us"]) == float(by_id[7]["finish_us"])
+    assert float(by_id[9]["start_us"]) == float(by_id[8]["finish_us"])
+    assert all(r["finish_us"] != "" for r in rows)
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["topology.kind=torus"], "topology.kind"),
+        (["cc=reno"], "cc must be one of"),
+        (["lb=spray"], "lb must be one of"),
+        (["workload.kind=cm"], "workload.path"),
+        (["workload.kind=ring"], "workload.kind"),
+        (["workload.flow_bytes=-5"], "workload.flow_bytes"),
+        (["workload.kind=incast", "workload.senders=16"], "workload.senders"),
+        (["sim.steps_per_call=0"], "sim.steps_per_call"),
+        (["link.delay_us=0"], "link.delay_us"),
+    ],
+)
+def test_bad_values_exit_2(tmp_path, capsys, overrides, needle):
+    assert run(config(*overrides), tmp_path) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not (tmp_path / "fct.csv").exists()
+
+
+def test_malformed_cm_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "bad.cm"
+    path.write_text(CHAIN_CM.replace("5->6 id 9", "5-6 id 9"))
+    assert run(config("workload.kind=cm", f"workload.path={path}"), tmp_path / "out") == 2
+    assert f"{path}:6:" in capsys.readouterr().err
+
+
+def test_cm_with_more_nodes_than_hosts(tmp_path):
+    path = tmp_path / "big.cm"
+    path.write_text(CHAIN_CM.replace("Nodes 16", "Nodes 64"))
+    with pytest.raises(InputError, match=r"Nodes 64.*fattree\(k=4\).*16 hosts"):
+        experiment_from_config({"workload": {"kind": "cm", "path": str(path)}})
+
+
+def test_permutation_is_a_seeded_derangement():
+    def destinations(seed):
+        exp = experiment_from_config({"topology": {"k": 6}, "sim": {"seed": seed}})
+        assert exp.topology.n_hosts == 54
+        np.testing.assert_array_equal(exp.flows.src, np.arange(54))
+        return exp.flows.dst
+
+    dst = destinations(3)
+    assert sorted(dst) == list(range(54)) and not np.any(dst == np.arange(54))
+    np.testing.assert_array_equal(dst, destinations(3))
+    assert not np.array_equal(dst, destinations(4))
+
+
+def test_incast():
+    exp = experiment_from_config(
+        {"workload": {"kind": "incast", "senders": 5, "flow_bytes": 1000, "start_us": 2.5}, "cc": "none"}
+    )
+    np.testing.assert_array_equal(exp.flows.src, [1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(exp.flows.dst, [0] * 5)
+    np.testing.assert_array_equal(exp.flows.size_bytes, [1000] * 5)
+    np.testing.assert_array_equal(exp.flows.start_ps, [2_500_000] * 5)
+
+
+def test_unknown_key_in_plain_dict():
+    with pytest.raises(InputError, match="workload.bytes"):
+        experiment_from_config({"workload": {"bytes": 5}})
+
+
+def cli(tmp_path, *overrides):
+    return subprocess.run(
+        [sys.executable, "-m", "multiverse_jax.cli", *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_cli_subprocess_default_job(tmp_path):
+    proc = cli(tmp_path, SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert "outputs in" in proc.stdout
+    for name in ("summary.json", "flows.parquet", "fct.csv", "fct_cdf.png"):
+        assert (tmp_path / "run" / name).is_file()
+
+
+def test_cli_subprocess_bad_value_exits_2(tmp_path):
+    proc = cli(tmp_path, "cc=reno")
+    assert proc.returncode == 2
+    assert "cc must be one of" in proc.stderr and "Traceback" not in proc.stderr
