@@ -62,7 +62,9 @@ def test_failed_run_writes_outputs_and_exits_1(tmp_path, capsys):
     assert run(config(SMALL, "sim.max_time_us=5"), tmp_path) == 1
     assert "simulation failed" in capsys.readouterr().err
     _, rows = read_fct(tmp_path)
-    assert len(rows) == 16 and all(r["finish_us"] == "" for r in rows)
+    unfinished = [r for r in rows if r["finish_us"] == ""]
+    assert len(rows) == 16 and unfinished  # flows under one ToR may finish within 5 µs; the rest cannot
+    assert all(r["fct_us"] == "" and r["start_us"] == "0.0" for r in unfinished)
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
 
 
