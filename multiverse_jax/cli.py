@@ -18,6 +18,8 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from multiverse_jax.config import experiment_from_config, resolve_config, run_options
 from multiverse_jax.errors import InputError
+from multiverse_jax.report.outputs import summary_table, write_outputs
+from multiverse_jax.simulate import simulate
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -35,9 +37,6 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
 
     Returns the exit code. Bad input is reported on stderr before any simulation starts.
     """
-    from multiverse_jax.report.outputs import summary_table, write_outputs
-    from multiverse_jax.simulate import simulate
-
     console = console or Console()
     errors = Console(stderr=True)
     try:
@@ -54,6 +53,7 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
     console.print(
         f"{experiment.topology.name}: {experiment.topology.n_hosts} hosts, {len(experiment.flows)} flows",
         highlight=False,
+        soft_wrap=True,
     )
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=errors, transient=True
@@ -65,12 +65,13 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
 
         result = simulate([experiment], on_progress=on_progress, **options)[0]
 
-    console.print(summary_table([result], title=f"{experiment.topology.name} (wall {result.summary['batch_wall_s']:.2f} s)"))
+    console.print(summary_table([result], names=["value"], title=experiment.topology.name))
     files = write_outputs(result, output_dir, experiment, plots=plots, config=config)
-    console.print(f"outputs in {Path(output_dir).resolve()}: {', '.join(p.name for p in files.values())}", highlight=False)
+    names = ", ".join(p.name for p in files.values())
+    console.print(f"outputs in {Path(output_dir).resolve()}: {names}", highlight=False, soft_wrap=True)
     if not result.ok:
-        errors.print(f"[bold red]simulation failed:[/bold red] {escape(result.summary['error'] or 'did not finish')}",
-                     highlight=False, soft_wrap=True)
+        reason = escape(result.summary["error"] or "did not finish")
+        errors.print(f"[bold red]simulation failed:[/bold red] {reason}", highlight=False, soft_wrap=True)
         return EXIT_FAILED
     return 0
 

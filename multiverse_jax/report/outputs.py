@@ -100,26 +100,27 @@ def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict 
 
 
 def summary_table(results, names=None, title: str = "multiverse-jax results") -> Table:
-    """One row per result: status, flows finished, job time, FCT percentiles, queues, PFC."""
-    table = Table(title=title, caption="times in µs, queues in bytes")
-    columns = ("#", "status", "flows", "job time", "FCT mean", "FCT p50", "FCT p99", "max queue", "PFC pauses")
-    for header in columns:
-        table.add_column(header, justify="left" if header in ("#", "status") else "right")
+    """One row per metric, one column per result (so that a single run reads as a list)."""
 
     def us(value) -> str:
-        return "-" if value is None or math.isnan(value) else f"{value:,.1f}"
+        return "-" if value is None or math.isnan(value) else f"{value:,.3f}"
 
-    for i, result in enumerate(results):
-        s = result.summary
-        table.add_row(
-            str(names[i]) if names is not None else str(i),
-            "[green]ok[/green]" if result.ok else f"[red]{s['status']}[/red]",
-            f"{s['flows_finished']}/{s['n_flows']}",
-            us(s["job_time_us"]),
-            us(s["fct_mean_us"]),
-            us(s["fct_p50_us"]),
-            us(s["fct_p99_us"]),
-            f"{s['max_queue_bytes']:,}",
-            f"{s['pfc_pauses']:,}",
-        )
+    metrics = (
+        ("status", lambda s: f"[{'green' if s['status'] == 'ok' else 'red'}]{s['status']}[/]"),
+        ("flows finished", lambda s: f"{s['flows_finished']:,} / {s['n_flows']:,}"),
+        ("job time (µs)", lambda s: us(s["job_time_us"])),
+        ("FCT mean (µs)", lambda s: us(s["fct_mean_us"])),
+        ("FCT p50 (µs)", lambda s: us(s["fct_p50_us"])),
+        ("FCT p99 (µs)", lambda s: us(s["fct_p99_us"])),
+        ("max queue (bytes)", lambda s: f"{s['max_queue_bytes']:,}"),
+        ("PFC pauses", lambda s: f"{s['pfc_pauses']:,}"),
+        ("bytes on wire", lambda s: f"{s['bytes_on_wire']:,}"),
+        ("wall time (s)", lambda s: f"{s['batch_wall_s']:.2f}" if "batch_wall_s" in s else "-"),
+    )
+    table = Table(title=title)
+    table.add_column("metric")
+    for i in range(len(results)):
+        table.add_column(str(names[i]) if names is not None else f"#{i}", justify="right")
+    for label, cell in metrics:
+        table.add_row(label, *(cell(result.summary) for result in results))
     return table

@@ -24,6 +24,9 @@ def clock(params: Params, state: State, window_end_ps) -> State:
         stalled = ~state.done & (next_event == NEVER)
         stopped = state.done | stalled | (state.error != 0)  # a failed experiment stops where it failed
         next_time = jnp.where(stopped, state.time_ps, jnp.maximum(window_end_ps, next_event))
+        # A finished experiment's clock ends at its last event: the last ACK of its last flow.
+        last_finish = jnp.max(jnp.where(params.flows.flow_valid, state.flows.flow_finish_ps, 0))
+        next_time = jnp.where(state.done, jnp.maximum(state.time_ps, last_finish), next_time)
         over_time = ~state.done & (next_time > params.max_time_ps)
         return state.replace(
             time_ps=next_time,

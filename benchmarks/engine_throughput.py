@@ -1,0 +1,432 @@
+"""Engine throughput: batched experiments vs. one at a time, on k-ary fat-trees.
+
+For each fat-tree size k (100 Gb/s, 1 µs links) and each batch size E, E experiments of
+permutation traffic (every host sends ``--flow-bytes`` to a distinct other host, a random
+derangement; experiment e uses seed e for the derangement and for ``Experiment(seed=e)``)
+are built into one batch and run with ``engine.run``. Measured per (k, E):
+
+* compile: wall time of the first ``engine.advance`` call (trace + lower + XLA compile +
+  execute) minus the second, identical call (the first call of the timed run, which starts
+  from the same initial state with the same ``steps_per_call``);
+* batched run: ``engine.run`` from the initial state, after compilation (median of
+  repeats when one run is shorter than ``--min-time``);
+* simulated packet-hops per wall second, simulated µs per wall second per experiment,
+  windows stepped;
+* peak memory: ``ru_maxrss`` of this process (monotone over the whole process) and, where
+  the device reports it (GPU), ``peak_bytes_in_use``;
+* one-at-a-time baseline: the same experiments run as batches of E=1, every one padded to
+  the Static of the E batch (one compiled E=1 program per k, reused); at most
+  ``--baseline-max`` are run and the per-experiment time is scaled up to E.
+
+Nothing here is backend-specific: the same command runs on CPU or GPU.
+
+    python benchmarks/engine_throughput.py --quick
+    python benchmarks/engine_throughput.py                 # k=4,8 x E=1,16,64,256
+    python benchmarks/engine_throughput.py --experiments-k 8=1,16,64
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import multiverse_jax
+from multiverse_jax import engine
+from multiverse_jax.batch import Experiment, build_batch
+from multiverse_jax.components.experiment import ERROR_POOL_FULL
+from multiverse_jax.simulate import error_message, results
+from multiverse_jax.topology import ecmp_table, fattree
+from multiverse_jax.workload.flows import make_flows
+
+RATE_GBPS = 100.0
+DELAY_US = 1.0
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "engine_throughput.json"
+
+
+class PoolFull(Exception):
+    """Some experiment ran out of packet slots: rerun this k with more slots per host."""
+
+
+def int_list(text: str) -> list[int]:
+    values = [int(v) for v in text.split(",") if v.strip()]
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of positive integers, got {text!r}")
+    return values
+
+
+def k_override(text: str) -> tuple[int, list[int]]:
+    k, _, values = text.partition("=")
+    return int(k), int_list(values)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ks", type=int_list, default=[4, 8], help="fat-tree sizes (default 4,8)")
+    p.add_argument("--experiments", type=int_list, default=[1, 16, 64, 256], help="batch sizes E (default 1,16,64,256)")
+    p.add_argument(
+        "--experiments-k",
+        type=k_override,
+        action="append",
+        default=[],
+        metavar="K=E1,E2,..",
+        help="batch sizes for one k, overriding --experiments (repeatable), e.g. 8=1,16,64",
+    )
+    p.add_argument("--flow-bytes", type=int, default=262144, help="bytes per flow (default 262144)")
+    p.add_argument("--slots-per-host", type=int, default=128, help="packet slots per host (default 128; doubled on pool-full)")
+    p.add_argument("--max-slots-per-host", type=int, default=4096, help="give up raising slots past this")
+    p.add_argument("--steps-per-call", type=int, default=64, help="windows per compiled call (default 64)")
+    p.add_argument("--baseline-max", type=int, default=8, help="most experiments run one at a time per k (default 8)")
+    p.add_argument("--min-time", type=float, default=2.0, help="repeat a timed run while the total is below this (s)")
+    p.add_argument("--max-repeats", type=int, default=20, help="most timed repeats of one run")
+    p.add_argument(
+        "--max-projected-s",
+        type=float,
+        default=0.0,
+        help="skip a (k, E) whose projected time (linear in E from the previous E of the same k) exceeds this; 0: never",
+    )
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
+    p.add_argument("--quick", action="store_true", help="smoke run: ks=4, experiments=1,4, flow-bytes 65536")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.ks, args.experiments, args.flow_bytes = [4], [1, 4], 65536
+        args.experiments_k = []
+    if args.flow_bytes < 1 or args.slots_per_host < 1 or args.steps_per_call < 1 or args.baseline_max < 1:
+        p.error("--flow-bytes, --slots-per-host, --steps-per-call and --baseline-max must be >= 1")
+    args.per_k = {k: sorted(set(args.experiments)) for k in args.ks}
+    for k, values in args.experiments_k:
+        if k not in args.per_k:
+            p.error(f"--experiments-k names k={k}, which is not in --ks")
+        args.per_k[k] = sorted(set(values))
+    return args
+
+
+# --------------------------------------------------------------------------- workload
+
+
+def derangement(n: int, seed: int) -> np.ndarray:
+    """A uniformly random permutation of range(n) without fixed points (rejection sampling)."""
+    rng = np.random.default_rng(seed)
+    while True:
+        perm = rng.permutation(n)
+        if not np.any(perm == np.arange(n)):
+            return perm
+
+
+def make_experiments(k: int, n: int, flow_bytes: int) -> list[Experiment]:
+    topo = fattree(k, RATE_GBPS, DELAY_US)
+    table = ecmp_table(topo)  # shared: every experiment of one k has the same network
+    hosts = np.arange(topo.n_hosts)
+    return [
+        Experiment(topology=topo, flows=make_flows(hosts, derangement(topo.n_hosts, e), flow_bytes, 0), seed=e, ecmp=table)
+        for e in range(n)
+    ]
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def peak_rss_mib() -> float:
+    # ru_maxrss is KiB on Linux (bytes on macOS).
+    scale = 1.0 if sys.platform == "darwin" else 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**20
+
+
+def device_peak_bytes() -> int | None:
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # noqa: BLE001 - some backends raise instead of returning None
+        return None
+    if not stats:
+        return None
+    value = stats.get("peak_bytes_in_use")
+    return int(value) if value is not None else None
+
+
+def compiled_programs() -> int | None:
+    size = getattr(engine.advance, "_cache_size", None)
+    return int(size()) if callable(size) else None
+
+
+def check_finished(batch, state, label: str) -> dict:
+    """Every experiment done with a zero error word; PoolFull / SystemExit otherwise."""
+    out = results(batch, state)
+    errors = np.asarray(jax.device_get(state.error))
+    failed = [(e, r) for e, r in enumerate(out) if not r.ok or r.summary["flows_finished"] != r.summary["n_flows"]]
+    if failed:
+        lines = [f"  experiment {e}: error word {int(errors[e])} ({r.summary['error'] or 'not done'})" for e, r in failed[:10]]
+        print(f"\n!!! {label}: {len(failed)} of {len(out)} experiments FAILED", file=sys.stderr)
+        print("\n".join(lines), file=sys.stderr)
+        if all(int(errors[e]) & ERROR_POOL_FULL for e, _ in failed):
+            raise PoolFull(error_message(ERROR_POOL_FULL))
+        raise SystemExit(f"{label}: experiments failed: " + "; ".join(sorted({r.summary['error'] or 'not done' for _, r in failed})))
+    return {
+        "n_flows": int(sum(r.summary["n_flows"] for r in out)),
+        "job_time_us_mean": float(np.mean([r.summary["job_time_us"] for r in out])),
+        "fct_mean_us_mean": float(np.mean([r.summary["fct_mean_us"] for r in out])),
+    }
+
+
+def timed_runs(params, state0, steps_per_call: int, min_time: float, max_repeats: int) -> tuple[object, list[float], list[dict]]:
+    """``engine.run`` from ``state0`` until ``min_time`` has been spent (at least once)."""
+    walls, timings = [], []
+    state = None
+    while True:
+        start = time.perf_counter()
+        state, t = engine.run(params, state0, steps_per_call=steps_per_call)
+        state = jax.block_until_ready(state)
+        walls.append(time.perf_counter() - start)
+        timings.append(t)
+        if sum(walls) >= min_time or len(walls) >= max_repeats:
+            return state, walls, timings
+
+
+def measure_batch(k: int, experiments: list[Experiment], args, slots: int, static=None) -> tuple[dict, object]:
+    """Compile and time one batch; returns the row of numbers (and the batch's Static)."""
+    E = len(experiments)
+    label = f"k={k} E={E}"
+    t0 = time.perf_counter()
+    batch = build_batch(experiments, slots_per_host=slots, static=static)
+    build_s = time.perf_counter() - t0
+
+    programs_before = compiled_programs()
+    t0 = time.perf_counter()
+    jax.block_until_ready(engine.advance(batch.params, batch.state, args.steps_per_call))
+    first_call_s = time.perf_counter() - t0
+    programs_after = compiled_programs()
+
+    # Warm-up run (untimed). Its first call repeats the call above exactly (same inputs,
+    # now compiled), so the difference of the two is the compile time.
+    t0 = time.perf_counter()
+    _, warmup = engine.run(batch.params, batch.state, steps_per_call=args.steps_per_call)
+    warmup_s = time.perf_counter() - t0
+    second_call_s = warmup["first_call_s"]
+    state, walls, timings = timed_runs(batch.params, batch.state, args.steps_per_call, args.min_time, args.max_repeats)
+    checks = check_finished(batch, state, label)
+
+    host = jax.device_get({"time_ps": state.time_ps, "n_windows": state.n_windows, "n_packet_hops": state.n_packet_hops})
+    wall = statistics.median(walls)
+    hops = int(np.sum(host["n_packet_hops"]))
+    sim_us = np.asarray(host["time_ps"], np.float64) / 1e6
+    n_calls = timings[0]["n_calls"]
+    row = {
+        "k": k,
+        "E": E,
+        "slots_per_host": slots,
+        "static": dataclasses.asdict(batch.static),
+        "build_s": build_s,
+        "first_call_s": first_call_s,
+        "second_call_s": second_call_s,
+        "compile_s": max(first_call_s - second_call_s, 0.0),
+        "warmup_run_s": warmup_s,
+        "programs_compiled": None if programs_before is None else programs_after - programs_before,
+        "wall_s": wall,
+        "wall_s_repeats": walls,
+        "n_calls": n_calls,
+        "windows_stepped": n_calls * args.steps_per_call,  # per experiment, by the compiled program
+        "n_windows_total": int(np.sum(host["n_windows"])),  # windows the experiments needed
+        "n_windows_mean": float(np.mean(host["n_windows"])),
+        "packet_hops": hops,
+        "packet_hops_per_s": hops / wall,
+        "sim_us_mean": float(sim_us.mean()),
+        "sim_us_per_wall_s_per_experiment": float(sim_us.mean()) / wall,
+        "sim_us_per_wall_s_total": float(sim_us.sum()) / wall,
+        "peak_rss_mib": peak_rss_mib(),
+        "device_peak_bytes": device_peak_bytes(),
+        "loadavg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        **checks,
+    }
+    return row, batch.static
+
+
+def measure_baseline(k: int, experiments: list[Experiment], static, args, slots: int) -> list[float]:
+    """Wall time of each experiment run alone (E=1), all padded to ``static``: one compile."""
+    walls = []
+    programs_before = compiled_programs()
+    for e, exp in enumerate(experiments):
+        batch = build_batch([exp], slots_per_host=slots, static=static)
+        if e == 0:  # compile (or reuse the E=1 program of the batched rows) and warm up
+            jax.block_until_ready(engine.advance(batch.params, batch.state, args.steps_per_call))
+            engine.run(batch.params, batch.state, steps_per_call=args.steps_per_call)
+        state, runs, _ = timed_runs(
+            batch.params, batch.state, args.steps_per_call, args.min_time / len(experiments), args.max_repeats
+        )
+        check_finished(batch, state, f"k={k} one-at-a-time experiment {e}")
+        walls.append(statistics.median(runs))
+    programs_after = compiled_programs()
+    if programs_before is not None and programs_after - programs_before > 1:
+        raise SystemExit(f"k={k}: the one-at-a-time baseline compiled {programs_after - programs_before} programs, expected <= 1")
+    return walls
+
+
+def run_k(k: int, args, slots: int, emit) -> list[dict]:
+    sizes = args.per_k[k]
+    experiments = make_experiments(k, max(sizes), args.flow_bytes)
+    rows = []
+    static = None
+    baseline = None
+    previous = None
+    for E in sizes:
+        if previous is not None and args.max_projected_s > 0:
+            per_call = previous["wall_s"] / previous["n_calls"] * E / previous["E"]
+            projected = per_call * (2 * previous["n_calls"] + 1) + previous["compile_s"]  # first call, warm-up, timed run
+            if projected > args.max_projected_s:
+                print(f"k={k} E={E}: skipped, projected {projected:.0f} s > --max-projected-s {args.max_projected_s:.0f}")
+                rows.append({"k": k, "E": E, "skipped": True, "projected_s": projected})
+                emit(rows[-1])
+                continue
+        print(f"k={k} E={E}: building, compiling, running ...", flush=True)
+        row, static = measure_batch(k, experiments[:E], args, slots, static=static)
+        if baseline is None:
+            n_base = min(args.baseline_max, max(sizes))
+            print(f"k={k}: one-at-a-time baseline over {n_base} experiments ...", flush=True)
+            baseline = measure_baseline(k, experiments[:n_base], static, args, slots)
+        measured = baseline[: min(E, len(baseline))]
+        per_experiment = float(np.mean(measured))
+        one_at_a_time_s = per_experiment * E if len(measured) < E else float(np.sum(measured))
+        row.update(
+            {
+                "one_at_a_time_measured": len(measured),
+                "one_at_a_time_extrapolated": len(measured) < E,
+                "one_at_a_time_per_experiment_s": per_experiment,
+                "one_at_a_time_wall_s": one_at_a_time_s,
+                "batched_speedup": one_at_a_time_s / row["wall_s"],
+                "peak_rss_mib": peak_rss_mib(),
+                "device_peak_bytes": device_peak_bytes(),
+            }
+        )
+        rows.append(row)
+        previous = row
+        emit(row)
+        print_table([row], header=False)
+    return rows
+
+
+# --------------------------------------------------------------------------- output
+
+COLUMNS = [
+    ("k", "k", "{}"),
+    ("E", "E", "{}"),
+    ("compile s", "compile_s", "{:.2f}"),
+    ("wall s", "wall_s", "{:.3f}"),
+    ("packet-hops/s", "packet_hops_per_s", "{:,.0f}"),
+    ("sim µs/s/exp", "sim_us_per_wall_s_per_experiment", "{:.2f}"),
+    ("batch/1-at-a-time", "batched_speedup", "{:.2f}x"),
+    ("peak RSS MiB", "peak_rss_mib", "{:,.0f}"),
+]
+
+
+def format_row(row: dict) -> list[str]:
+    if row.get("skipped"):
+        return [str(row["k"]), str(row["E"])] + ["skipped"] + [""] * (len(COLUMNS) - 3)
+    cells = [fmt.format(row[key]) for _, key, fmt in COLUMNS]
+    if row.get("one_at_a_time_extrapolated"):
+        cells[6] += "*"
+    return cells
+
+
+WIDTHS = [3, 4, 10, 9, 15, 13, 18, 13]
+
+
+def print_table(rows: list[dict], *, header: bool = True) -> None:
+    if header:
+        print("  ".join(name.rjust(w) for (name, _, _), w in zip(COLUMNS, WIDTHS)))
+    for row in rows:
+        print("  ".join(cell.rjust(w) for cell, w in zip(format_row(row), WIDTHS)), flush=True)
+
+
+def metadata(args) -> dict:
+    device = jax.devices()[0]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent
+        ).stdout.strip()
+    except Exception:  # noqa: BLE001
+        commit = None
+    return {
+        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "jax_version": jax.__version__,
+        "jaxlib_version": getattr(__import__("jaxlib"), "__version__", None),
+        "multiverse_jax_version": multiverse_jax.__version__,
+        "git_commit": commit,
+        "backend": jax.default_backend(),
+        "device_kind": device.device_kind,
+        "device_count": jax.device_count(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "topology": {"kind": "fattree", "rate_gbps": RATE_GBPS, "delay_us": DELAY_US},
+        "workload": "permutation (random derangement, seed e), all flows start at 0",
+        "flow_bytes": args.flow_bytes,
+        "steps_per_call": args.steps_per_call,
+        "slots_per_host_requested": args.slots_per_host,
+        "baseline_max": args.baseline_max,
+        "min_time_s": args.min_time,
+        "experiments_per_k": {str(k): v for k, v in args.per_k.items()},
+        "argv": sys.argv[1:],
+        "notes": [
+            "compile_s = first engine.advance call - the identical first call of the (untimed) warm-up engine.run",
+            "wall_s = median engine.run wall (host loop included) over wall_s_repeats",
+            "peak_rss_mib is ru_maxrss of the whole process so far (monotone across rows)",
+            "batched_speedup = one_at_a_time_wall_s / wall_s; extrapolated from one_at_a_time_measured experiments when fewer than E",
+        ],
+    }
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"metadata": metadata(args), "rows": []}
+    meta = doc["metadata"]
+    print(
+        f"jax {meta['jax_version']} | backend {meta['backend']} ({meta['device_kind']}) | {meta['cpu_count']} CPUs | "
+        f"flow bytes {args.flow_bytes} | steps/call {args.steps_per_call}",
+        flush=True,
+    )
+    print_table([])
+
+    def emit(row):
+        doc["rows"].append(row)
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")  # after every row: partial results survive
+
+    start = time.perf_counter()
+    for k in args.ks:
+        slots = args.slots_per_host
+        while True:
+            rows_before = len(doc["rows"])
+            try:
+                run_k(k, args, slots, emit)
+                break
+            except PoolFull as err:
+                del doc["rows"][rows_before:]
+                if slots * 2 > args.max_slots_per_host:
+                    raise SystemExit(f"k={k}: {err} (already at {slots} slots per host)") from None
+                print(f"\n!!! k={k}: POOL FULL with {slots} slots per host: {err}\n!!! retrying k={k} with {slots * 2}\n", flush=True)
+                slots *= 2
+    doc["metadata"]["total_wall_s"] = time.perf_counter() - start
+    doc["metadata"]["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+
+    print()
+    print_table(doc["rows"])
+    print("* one-at-a-time time extrapolated from the measured experiments (see JSON)")
+    print(f"total {doc['metadata']['total_wall_s']:.0f} s; results: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
