@@ -40,10 +40,10 @@ def ready_ps(state: State):
     return jnp.maximum(state.flows.flow_begin_ps, state.flows.flow_next_send_ps)
 
 
-def offer(params: Params, state: State) -> NicOffer:
+def offer(params: Params, state: State, now_ps) -> NicOffer:
     fp, fs = params.flows, state.flows
     n_hosts, n_flows = params.nics.nic_port.shape[0], fp.flow_src.shape[0]
-    ready, flow = fifo_head(sendable(params, state), ready_ps(state), fp.flow_src, n_hosts)
+    ready, flow = fifo_head(sendable(params, state), ready_ps(state), fp.flow_src, n_hosts, now_ps)
     flow = jnp.minimum(flow, n_flows - 1)
     seq = fs.flow_sent_packets[flow]
     n_packets = fp.flow_n_packets[flow]
@@ -62,27 +62,29 @@ def offer(params: Params, state: State) -> NicOffer:
 
 
 def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, serialization_ps, arrival_ps) -> State:
-    """Create the packets that NICs put on the wire this round. ``sent`` etc. are (H,)."""
+    """Create the packets that NICs put on the wire this round. ``sent`` etc. are (H,).
+
+    Each sending host writes one free slot of its own share of the pool, so the writes
+    never collide; hosts that send nothing write nowhere (index out of range, dropped).
+    """
     fp, fs, pkts = params.flows, state.flows, state.packets
     n_hosts = params.nics.nic_port.shape[0]
-    slot_index = jnp.arange(pkts.pkt_valid.shape[0], dtype=jnp.int32)
-    owner = slot_index // (pkts.pkt_valid.shape[0] // n_hosts)
-    created = sent[owner] & (offer_.slot[owner] == slot_index)
+    target = jnp.where(sent, offer_.slot, pkts.pkt_valid.shape[0])
 
-    def put(old, new_by_host):
-        return jnp.where(created, new_by_host[owner].astype(old.dtype), old)
+    def put(column, value):
+        return column.at[target].set(jnp.broadcast_to(value, (n_hosts,)).astype(column.dtype), mode="drop")
 
     packets = pkts.replace(
-        pkt_valid=pkts.pkt_valid | created,
-        pkt_is_ack=pkts.pkt_is_ack & ~created,
+        pkt_valid=put(pkts.pkt_valid, True),
+        pkt_is_ack=put(pkts.pkt_is_ack, False),
         pkt_flow=put(pkts.pkt_flow, offer_.flow),
         pkt_seq=put(pkts.pkt_seq, fs.flow_sent_packets[offer_.flow]),
         pkt_bytes=put(pkts.pkt_bytes, offer_.wire_bytes),
         pkt_port=put(pkts.pkt_port, params.nics.nic_port),
-        pkt_in_flight=pkts.pkt_in_flight | created,
+        pkt_in_flight=put(pkts.pkt_in_flight, True),
         pkt_time_ps=put(pkts.pkt_time_ps, arrival_ps),
-        pkt_ingress=put(pkts.pkt_ingress, jnp.full(n_hosts, -1)),
-        pkt_hop=put(pkts.pkt_hop, jnp.zeros(n_hosts)),
+        pkt_ingress=put(pkts.pkt_ingress, -1),
+        pkt_hop=put(pkts.pkt_hop, 0),
     )
     # Each flow reads whether its host's NIC sent one of its packets (a gather, no scatter).
     src = fp.flow_src

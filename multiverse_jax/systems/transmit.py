@@ -23,11 +23,16 @@ from multiverse_jax.systems.common import count_by, fifo_head, serialization_ps
 def _serve_once(params: Params, state: State, window_end_ps):
     pkts, ports = state.packets, state.ports
     n_ports, n_slots = params.links.link_delay_ps.shape[0], pkts.pkt_valid.shape[0]
+    window_start_ps = window_end_ps - params.window_ps
     queued = pkts.pkt_valid & ~pkts.pkt_in_flight
-    ctrl_ps, ctrl_slot = fifo_head(queued & pkts.pkt_is_ack, pkts.pkt_time_ps, pkts.pkt_port, n_ports)
-    data_ps, data_slot = fifo_head(queued & ~pkts.pkt_is_ack, pkts.pkt_time_ps, pkts.pkt_port, n_ports)
+    # Heads of both class queues of every port in one pass: queue 2p is port p's control
+    # class, 2p + 1 its data class.
+    queue = 2 * pkts.pkt_port + (~pkts.pkt_is_ack).astype(jnp.int32)
+    head_ps, head_slot = fifo_head(queued, pkts.pkt_time_ps, queue, 2 * n_ports, window_start_ps)
+    ctrl_ps, data_ps = head_ps[0::2], head_ps[1::2]
+    ctrl_slot, data_slot = head_slot[0::2], head_slot[1::2]
 
-    offer = nic_send.offer(params, state)
+    offer = nic_send.offer(params, state, window_start_ps)
     host = jnp.maximum(params.ports.port_host, 0)
     is_nic = params.ports.port_host >= 0
     data_ps = jnp.where(is_nic, offer.ready_ps[host], data_ps)
@@ -37,7 +42,6 @@ def _serve_once(params: Params, state: State, window_end_ps):
     # A data packet that could have started before the window would have started in the
     # previous one, unless PFC held it: its start is at least the window start, which
     # is also as far back as the PFC history must reach.
-    window_start_ps = window_end_ps - params.window_ps
     data_start = pfc.release_ps(params, state, jnp.maximum(jnp.maximum(ports.port_free_ps, data_ps), window_start_ps))
     use_ctrl = ctrl_start <= data_start  # ties go to the control class
     start = jnp.where(use_ctrl, ctrl_start, data_start)
@@ -59,13 +63,14 @@ def _serve_once(params: Params, state: State, window_end_ps):
     )
     overflow = sends & (queue_bytes > params.ports.port_buffer_bytes)
 
-    # Queued packets pull their own departure (gathers by port; no scatter).
-    slot_index = jnp.arange(n_slots, dtype=jnp.int32)
-    leaving = queued & sends[pkts.pkt_port] & ~creates[pkts.pkt_port] & (slot[pkts.pkt_port] == slot_index)
+    # The packet each port starts goes on the wire: one write per port, to a slot no
+    # other port touches (a port only ever starts a packet queued at it), so the scatter
+    # has no conflicts. Ports that start nothing, or create a new packet, write nowhere.
+    leaving = jnp.where(sends & ~creates, slot, n_slots)
     state = state.replace(
         packets=pkts.replace(
-            pkt_in_flight=pkts.pkt_in_flight | leaving,
-            pkt_time_ps=jnp.where(leaving, arrival_ps[pkts.pkt_port], pkts.pkt_time_ps),
+            pkt_in_flight=pkts.pkt_in_flight.at[leaving].set(True, mode="drop"),
+            pkt_time_ps=pkts.pkt_time_ps.at[leaving].set(arrival_ps, mode="drop"),
         ),
         ports=ports.replace(
             port_free_ps=jnp.where(sends, start + ser_ps, ports.port_free_ps),
