@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import decimal
 import functools
 import math
 import numbers
@@ -129,16 +128,6 @@ def derangement(n: int, seed: int) -> np.ndarray:
             return perm
 
 
-def _cm_nodes(path: str) -> int:
-    """The ``Nodes`` header of a connection matrix that ``load_cm`` has already accepted."""
-    with open(path, encoding="utf-8") as handle:
-        for text in handle:
-            tokens = text.split()
-            if len(tokens) == 2 and tokens[0] == "Nodes":
-                return int(decimal.Decimal(tokens[1]))
-    raise InputError("missing header 'Nodes'", source=path)
-
-
 def _workload(c: dict, topology: Topology) -> FlowSet:
     kind = _choice(c, "workload.kind", WORKLOAD_KINDS)
     n_hosts = topology.n_hosts
@@ -147,10 +136,9 @@ def _workload(c: dict, topology: Topology) -> FlowSet:
         if path is None:
             raise InputError("workload.path must name an htsim connection matrix (.cm) when workload.kind is 'cm'")
         flows = load_cm(path)
-        n_nodes = _cm_nodes(path)
-        if n_nodes > n_hosts:
+        if flows.n_hosts > n_hosts:
             raise InputError(
-                f"the connection matrix has Nodes {n_nodes} but topology {topology.name} has only {n_hosts} hosts "
+                f"the connection matrix has Nodes {flows.n_hosts} but topology {topology.name} has only {n_hosts} hosts "
                 f"(workload.path needs at most {n_hosts} nodes, or choose a larger topology)",
                 source=path,
             )

@@ -57,6 +57,7 @@ class FlowSet:
     triggers: Triggers
     source: str = "<python>"  # where the flows came from, for error messages
     line: np.ndarray | None = None  # (F,) int32 input line of each flow, if from a file
+    n_hosts: int | None = None  # hosts the input declares (htsim's ``Nodes``), if it does
 
     def __len__(self) -> int:
         return int(self.src.shape[0])

@@ -19,6 +19,7 @@ import numpy as np
 
 from multiverse_jax.errors import InputError
 from multiverse_jax.workload.flows import NO_TRIGGER, TRIGGER_BARRIER, TRIGGER_KINDS, FlowSet, Triggers
+from multiverse_jax.workload.triggers import check_triggers
 
 _HEADERS = ("Nodes", "Connections", "Triggers", "Failures")
 _FLOW_KEYS_WITH_VALUE = ("id", "start", "size", "trigger", "send_done_trigger", "recv_done_trigger", "prio")
@@ -255,9 +256,8 @@ def load_cm(path) -> FlowSet:
         triggers=triggers,
         source=source,
         line=line,
+        n_hosts=n_nodes,
     )
-    from multiverse_jax.workload.triggers import check_triggers
-
     check_triggers(flows)
     return flows
 
