@@ -44,19 +44,25 @@ def leafspine(
     hosts_per_leaf = check_int("topology.hosts_per_leaf", hosts_per_leaf)
     n_spines = _n_spines(hosts_per_leaf, oversubscription)
     rate, delay = check_link(rate_gbps, delay_us)
-    n_hosts = leaves * hosts_per_leaf
-    leaf0 = n_hosts
-    spine0 = leaf0 + leaves
-    names = (
-        [f"h{i}" for i in range(n_hosts)]
-        + [f"leaf{l}" for l in range(leaves)]
-        + [f"spine{s}" for s in range(n_spines)]
-    )
-    cables = [(h, leaf0 + h // hosts_per_leaf, rate, delay) for h in range(n_hosts)]
-    cables += [(leaf0 + l, spine0 + s, rate, delay) for l in range(leaves) for s in range(n_spines)]
-    return from_cables(
+    return two_tier(
         f"leafspine(leaves={leaves}, hosts_per_leaf={hosts_per_leaf}, spines={n_spines})",
-        names,
-        n_hosts,
-        cables,
+        [h // hosts_per_leaf for h in range(leaves * hosts_per_leaf)],
+        leaves,
+        n_spines,
+        rate,
+        delay,
     )
+
+
+def two_tier(name: str, host_leaf: list[int], n_leaves: int, n_spines: int, rate: float, delay: float) -> Topology:
+    """Hosts ``h{i}`` on leaf ``host_leaf[i]``, every leaf linked to every spine.
+
+    Nodes: hosts, then ``leaf{l}``, then ``spine{s}``; cables: host-leaf (host order),
+    then leaf-spine (leaf order, then spine). Shared by leaf-spine and rail fabrics.
+    """
+    n_hosts = len(host_leaf)
+    leaf0, spine0 = n_hosts, n_hosts + n_leaves
+    names = [f"h{i}" for i in range(n_hosts)] + [f"leaf{l}" for l in range(n_leaves)] + [f"spine{s}" for s in range(n_spines)]
+    cables = [(h, leaf0 + leaf, rate, delay) for h, leaf in enumerate(host_leaf)]
+    cables += [(leaf0 + l, spine0 + s, rate, delay) for l in range(n_leaves) for s in range(n_spines)]
+    return from_cables(name, names, n_hosts, cables)

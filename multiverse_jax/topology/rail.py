@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from multiverse_jax.errors import InputError
 from multiverse_jax.topology.fattree import check_int, check_link
-from multiverse_jax.topology.graph import Topology, from_cables
+from multiverse_jax.topology.graph import Topology
+from multiverse_jax.topology.leafspine import two_tier
 
 
 def rail(
@@ -45,23 +46,13 @@ def rail(
         )
     rate, delay = check_link(rate_gbps, delay_us)
     leaves_per_rail = servers // per_leaf
-    n_hosts = servers * gpus
-    n_leaves = gpus * leaves_per_rail
-    leaf0 = n_hosts
-    spine0 = leaf0 + n_leaves
-    names = (
-        [f"h{i}" for i in range(n_hosts)]
-        + [f"leaf{l}" for l in range(n_leaves)]
-        + [f"spine{s}" for s in range(spines)]
-    )
-    cables = []
-    for h in range(n_hosts):
-        server, gpu = divmod(h, gpus)
-        cables.append((h, leaf0 + gpu * leaves_per_rail + server // per_leaf, rate, delay))
-    cables += [(leaf0 + l, spine0 + s, rate, delay) for l in range(n_leaves) for s in range(spines)]
-    return from_cables(
+    # GPU g of server s (host s * gpus + g) hangs off rail g's leaf for its server group.
+    host_leaf = [g * leaves_per_rail + s // per_leaf for s in range(servers) for g in range(gpus)]
+    return two_tier(
         f"rail(servers={servers}, gpus_per_server={gpus}, servers_per_leaf={per_leaf}, spines={spines})",
-        names,
-        n_hosts,
-        cables,
+        host_leaf,
+        gpus * leaves_per_rail,
+        spines,
+        rate,
+        delay,
     )
