@@ -1,8 +1,8 @@
 """The step, the compiled scan over steps, and the host loop.
 
 ``step(params, state) -> state`` processes one lookahead window of one experiment, as the
-chain of systems below; ``advance`` vmaps it over the experiment axis and scans K steps
-in one compiled program; ``run`` calls ``advance`` until every experiment has finished
+chain of systems below; ``advance`` vmaps it over the experiment axis and loops over up
+to K steps in one compiled program; ``run`` calls ``advance`` until every experiment has finished
 (or failed), checking the error words on the host between calls.
 """
 
@@ -13,6 +13,7 @@ import time
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from multiverse_jax.components.experiment import Params, State
@@ -44,13 +45,22 @@ def step(params: Params, state: State) -> State:
 
 @functools.partial(jax.jit, static_argnames=("n_steps",))
 def advance(params: Params, state: State, n_steps: int) -> State:
-    """``n_steps`` windows of every experiment of the batch (leading axis E), one program."""
+    """Up to ``n_steps`` windows of every experiment of the batch (leading axis E), one program.
+
+    Stops early once every experiment has finished or failed, so a batch never steps
+    windows that no experiment needs.
+    """
     batched_step = jax.vmap(step)
 
-    def body(carry, _):
-        return batched_step(params, carry), None
+    def running(carry):
+        steps_done, s = carry
+        return (steps_done < n_steps) & ~jnp.all(s.done | (s.error != 0))
 
-    return jax.lax.scan(body, state, None, length=n_steps)[0]
+    def body(carry):
+        steps_done, s = carry
+        return steps_done + 1, batched_step(params, s)
+
+    return jax.lax.while_loop(running, body, (jnp.int32(0), state))[1]
 
 
 def run(

@@ -1,0 +1,118 @@
+"""Cost of one window, system by system.
+
+Runs a k-ary fat-tree permutation batch for a while (so queues and PFC are busy), then
+times each system of the step on that state: ``forward``, ``receive``, ``ack``,
+``complete``, ``transmit`` (the serve rounds), ``pfc`` and ``clock``, each jitted and
+vmapped over the batch on its own. Prints a table and writes JSON.
+
+    python benchmarks/step_profile.py --k 4 --experiments 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import multiverse_jax
+from multiverse_jax import engine
+from multiverse_jax.batch import Experiment, build_batch
+from multiverse_jax.config import derangement
+from multiverse_jax.systems.ack import ack
+from multiverse_jax.systems.clock import clock
+from multiverse_jax.systems.complete import complete
+from multiverse_jax.systems.forward import set_forward_plan
+from multiverse_jax.systems.pfc import pfc
+from multiverse_jax.systems.receive import receive
+from multiverse_jax.systems.transmit import transmit
+from multiverse_jax.topology import fattree
+from multiverse_jax.workload.flows import make_flows
+
+
+def _with_window(system):
+    return lambda p, s: system(p, s, s.time_ps + p.window_ps)
+
+
+SYSTEMS = {
+    "forward": _with_window(set_forward_plan),
+    "receive": _with_window(receive),
+    "ack": _with_window(ack),
+    "complete": complete,
+    "transmit": _with_window(transmit),
+    "pfc": _with_window(pfc),
+    "clock": _with_window(clock),
+    "whole step": engine.step,
+}
+
+
+def time_call(fn, *args, repeats: int) -> float:
+    jax.block_until_ready(fn(*args))
+    start = time.perf_counter()
+    for _ in range(repeats):
+        out = fn(*args)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - start) / repeats
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--experiments", type=int, default=16)
+    parser.add_argument("--flow-bytes", type=int, default=1_000_000)
+    parser.add_argument("--slots-per-host", type=int, default=256)
+    parser.add_argument("--warm-windows", type=int, default=40, help="windows run before timing")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", default="benchmarks/results/step_profile.json")
+    args = parser.parse_args()
+
+    topology = fattree(args.k, 100.0, 1.0)
+    n = topology.n_hosts
+    experiments = [
+        Experiment(topology, make_flows(np.arange(n), derangement(n, e), args.flow_bytes, 0), seed=e)
+        for e in range(args.experiments)
+    ]
+    batch = build_batch(experiments, slots_per_host=args.slots_per_host)
+    state = engine.advance(batch.params, batch.state, args.warm_windows)
+    if np.any(np.asarray(state.error)):
+        raise SystemExit(f"error words {np.asarray(state.error)}: raise --slots-per-host")
+    queued = int(np.asarray(state.packets.pkt_valid & ~state.packets.pkt_in_flight).sum())
+    in_flight = int(np.asarray(state.packets.pkt_valid & state.packets.pkt_in_flight).sum())
+
+    rows = []
+    for name, system in SYSTEMS.items():
+        fn = jax.jit(jax.vmap(system))
+        seconds = time_call(fn, batch.params, state, repeats=args.repeats)
+        rows.append({"system": name, "ms_per_window": seconds * 1e3})
+    total = rows[-1]["ms_per_window"]
+    print(f"k={args.k} E={args.experiments} slots/host={args.slots_per_host}: {queued} packets queued, {in_flight} in flight")
+    print(f"{'system':12s} {'ms/window':>10s} {'share':>7s}")
+    for row in rows:
+        print(f"{row['system']:12s} {row['ms_per_window']:10.3f} {row['ms_per_window'] / total:7.1%}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "args": vars(args),
+                "jax": jax.__version__,
+                "backend": jax.default_backend(),
+                "device": str(jax.devices()[0].device_kind),
+                "machine": platform.machine(),
+                "multiverse_jax": multiverse_jax.__version__,
+                "queued_packets": queued,
+                "in_flight_packets": in_flight,
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
