@@ -1,9 +1,11 @@
-"""Cost of one window, system by system.
+"""Cost of one window, system by system, and the lockstep cost of transmit rounds.
 
 Runs a k-ary fat-tree permutation batch for a while (so queues and PFC are busy), then
 times each system of the step on that state: ``forward``, ``receive``, ``ack``,
 ``complete``, ``transmit`` (the serve rounds), ``pfc`` and ``clock``, each jitted and
-vmapped over the batch on its own. Prints a table and writes JSON.
+vmapped over the batch on its own. Then it counts, over the next windows, the transmit
+rounds each experiment needs and the rounds the batch runs (the largest of the batch, as
+a vmapped while-loop runs in lockstep). Prints a table and writes JSON.
 
     python benchmarks/step_profile.py --k 4 --experiments 16
 """
@@ -29,7 +31,7 @@ from multiverse_jax.systems.complete import complete
 from multiverse_jax.systems.forward import set_forward_plan
 from multiverse_jax.systems.pfc import pfc
 from multiverse_jax.systems.receive import receive
-from multiverse_jax.systems.transmit import transmit
+from multiverse_jax.systems.transmit import _serve_once, transmit
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
 
@@ -50,6 +52,21 @@ SYSTEMS = {
 }
 
 
+@jax.jit
+@jax.vmap
+def transmit_rounds(params, state):
+    """Rounds transmit needs for this window of one experiment (arrivals applied first)."""
+    end = state.time_ps + params.window_ps
+    state = complete(params, ack(params, receive(params, set_forward_plan(params, state, end), end), end))
+
+    def body(carry):
+        s, _, rounds = carry
+        s, more = _serve_once(params, s, end)
+        return s, more, rounds + 1
+
+    return jax.lax.while_loop(lambda c: c[1], body, (state, True, 0))[2]
+
+
 def time_call(fn, *args, repeats: int) -> float:
     jax.block_until_ready(fn(*args))
     start = time.perf_counter()
@@ -67,6 +84,7 @@ def main() -> None:
     parser.add_argument("--slots-per-host", type=int, default=256)
     parser.add_argument("--warm-windows", type=int, default=40, help="windows run before timing")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--round-windows", type=int, default=100, help="windows over which rounds are counted")
     parser.add_argument("--out", default="benchmarks/results/step_profile.json")
     args = parser.parse_args()
 
@@ -93,6 +111,16 @@ def main() -> None:
     print(f"{'system':12s} {'ms/window':>10s} {'share':>7s}")
     for row in rows:
         print(f"{row['system']:12s} {row['ms_per_window']:10.3f} {row['ms_per_window'] / total:7.1%}")
+    rounds, busy = [], state
+    for _ in range(args.round_windows):
+        rounds.append(np.asarray(transmit_rounds(batch.params, busy)))
+        busy = engine.advance(batch.params, busy, 1)
+    rounds = np.stack(rounds)  # (windows, E)
+    own, lockstep = float(rounds.mean()), float(rounds.max(axis=1).mean())
+    print(
+        f"transmit rounds per window: {own:.2f} per experiment on its own, {lockstep:.2f} for the batch "
+        f"(lockstep: {lockstep / own:.2f}x)"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -107,6 +135,8 @@ def main() -> None:
                 "queued_packets": queued,
                 "in_flight_packets": in_flight,
                 "rows": rows,
+                "rounds_per_window_own": own,
+                "rounds_per_window_batch": lockstep,
             },
             indent=2,
         )

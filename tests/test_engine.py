@@ -149,3 +149,21 @@ def test_results_of_a_failed_point_do_not_stop_the_others():
     out = run_small([good, bad])
     assert out[0].ok and not out[1].ok
     assert out[0].flows["finish_us"][0] == pytest.approx(14.51008, abs=1e-6)
+
+
+def test_acks_bypass_a_congested_data_queue():
+    """Strict priority: h0 sends to h15 while 8 hosts incast into h0. The ACKs of h0's flow
+    come back through tor0 -> h0, whose data queue is long; they overtake it, so the
+    flow finishes close to its idle-path closed form (its NIC also sends the incast's
+    ACKs first, about 64/4160 of the line rate)."""
+    from conftest import store_and_forward_ps
+
+    size = 200_000
+    flows = make_flows([0] + list(range(1, 9)), [15] + [0] * 8, [size] + [400_000] * 8, 0)
+    result = run_small([Experiment(K4, flows)])[0]
+    assert result.ok, result.summary
+    _, idle_finish_ps = store_and_forward_ps(wire_sizes(size), [100 * 10**9] * 6, [PS] * 6)
+    tor0_to_h0 = K4.link_between(K4.node_index("tor0"), 0)
+    queue_delay_us = result.port_max_queue_bytes[tor0_to_h0] * 8 / 100e9 * 1e6
+    assert queue_delay_us > 10  # a FIFO would have held each ACK this long
+    assert result.flows["fct_us"][0] <= idle_finish_ps / PS * 1.03 + 1.0
