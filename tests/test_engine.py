@@ -138,6 +138,11 @@ def test_new_parameters_same_shapes_do_not_retrace():
     second = build_batch(other, static=SMALL, slots_per_host=SMALL.slots_per_host)
     two_windows(first.params, first.state)
     two_windows(second.params, second.state)  # a second trace would raise here
+    # The engine's own compiled loop is reused too.
+    engine.run(first.params, first.state, steps_per_call=16)
+    programs = engine.advance._cache_size()
+    engine.run(second.params, second.state, steps_per_call=16)
+    assert engine.advance._cache_size() == programs
     bigger = build_batch(exps[:2], static=dataclasses.replace(SMALL, n_flows=32), slots_per_host=SMALL.slots_per_host)
     with pytest.raises(AssertionError):
         two_windows(bigger.params, bigger.state)  # the guard does fire on a new shape
@@ -167,3 +172,14 @@ def test_acks_bypass_a_congested_data_queue():
     queue_delay_us = result.port_max_queue_bytes[tor0_to_h0] * 8 / 100e9 * 1e6
     assert queue_delay_us > 10  # a FIFO would have held each ACK this long
     assert result.flows["fct_us"][0] <= idle_finish_ps / PS * 1.03 + 1.0
+
+
+def test_ecmp_is_seeded_and_deterministic():
+    """Same seed: the same paths, bit for bit; another seed: other paths for some flows."""
+    from multiverse_jax.config import derangement
+
+    flows = make_flows(np.arange(16), derangement(16, 3), 50_000, 0)
+    a, b, c = run_small([Experiment(K4, flows, seed=1), Experiment(K4, flows, seed=1), Experiment(K4, flows, seed=2)])
+    np.testing.assert_array_equal(a.flows["finish_us"], b.flows["finish_us"])
+    np.testing.assert_array_equal(a.port_max_queue_bytes, b.port_max_queue_bytes)
+    assert not np.array_equal(a.port_max_queue_bytes, c.port_max_queue_bytes)
