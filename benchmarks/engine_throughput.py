@@ -88,6 +88,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--slots-per-host", type=int, default=128, help="packet slots per host (default 128; doubled on pool-full)")
     p.add_argument("--max-slots-per-host", type=int, default=4096, help="give up raising slots past this")
     p.add_argument("--steps-per-call", type=int, default=64, help="windows per compiled call (default 64)")
+    p.add_argument(
+        "--batching",
+        choices=engine.BATCHING_MODES,
+        default="auto",
+        help="how a batch runs: vmap (lockstep), map (loop inside the program), auto (map on CPU, vmap otherwise)",
+    )
     p.add_argument("--baseline-max", type=int, default=8, help="most experiments run one at a time per k (default 8)")
     p.add_argument("--min-time", type=float, default=2.0, help="repeat a timed run while the total is below this (s)")
     p.add_argument("--max-repeats", type=int, default=20, help="most timed repeats of one run")
@@ -213,13 +219,13 @@ def check_finished(batch, state, label: str) -> dict:
     }
 
 
-def timed_runs(params, state0, steps_per_call: int, min_time: float, max_repeats: int) -> tuple[object, list[float], list[dict]]:
+def timed_runs(params, state0, steps_per_call: int, batching: str, min_time: float, max_repeats: int) -> tuple[object, list[float], list[dict]]:
     """``engine.run`` from ``state0`` until ``min_time`` has been spent (at least once)."""
     walls, timings = [], []
     state = None
     while True:
         start = time.perf_counter()
-        state, t = engine.run(params, state0, steps_per_call=steps_per_call)
+        state, t = engine.run(params, state0, steps_per_call=steps_per_call, batching=batching)
         state = jax.block_until_ready(state)
         walls.append(time.perf_counter() - start)
         timings.append(t)
@@ -238,7 +244,7 @@ def measure_batch(k: int, experiments: list[Experiment], args, slots: int, stati
     programs_before = compiled_programs()
     COMPILE_CLOCK.reset()
     t0 = time.perf_counter()
-    jax.block_until_ready(engine.advance(batch.params, batch.state, args.steps_per_call))
+    jax.block_until_ready(engine.advance(batch.params, batch.state, args.steps_per_call, args.batching))
     first_call_s = time.perf_counter() - t0
     programs_after = compiled_programs()
     phases = dict(COMPILE_CLOCK.totals) if COMPILE_CLOCK.seen else None
@@ -246,10 +252,10 @@ def measure_batch(k: int, experiments: list[Experiment], args, slots: int, stati
     # Warm-up run (untimed). Its first call repeats the call above exactly (same inputs,
     # now compiled), so the difference of the two is the compile time.
     t0 = time.perf_counter()
-    _, warmup = engine.run(batch.params, batch.state, steps_per_call=args.steps_per_call)
+    _, warmup = engine.run(batch.params, batch.state, steps_per_call=args.steps_per_call, batching=args.batching)
     warmup_s = time.perf_counter() - t0
     second_call_s = warmup["first_call_s"]
-    state, walls, timings = timed_runs(batch.params, batch.state, args.steps_per_call, args.min_time, args.max_repeats)
+    state, walls, timings = timed_runs(batch.params, batch.state, args.steps_per_call, args.batching, args.min_time, args.max_repeats)
     checks = check_finished(batch, state, label)
 
     host = jax.device_get({"time_ps": state.time_ps, "n_windows": state.n_windows, "n_packet_hops": state.n_packet_hops})
@@ -299,10 +305,10 @@ def measure_baseline(k: int, experiments: list[Experiment], static, args, slots:
     for e, exp in enumerate(experiments):
         batch = build_batch([exp], slots_per_host=slots, static=static)
         if e == 0:  # compile (or reuse the E=1 program of the batched rows) and warm up
-            jax.block_until_ready(engine.advance(batch.params, batch.state, args.steps_per_call))
-            engine.run(batch.params, batch.state, steps_per_call=args.steps_per_call)
+            jax.block_until_ready(engine.advance(batch.params, batch.state, args.steps_per_call, args.batching))
+            engine.run(batch.params, batch.state, steps_per_call=args.steps_per_call, batching=args.batching)
         state, runs, _ = timed_runs(
-            batch.params, batch.state, args.steps_per_call, args.min_time / len(experiments), args.max_repeats
+            batch.params, batch.state, args.steps_per_call, args.batching, args.min_time / len(experiments), args.max_repeats
         )
         check_finished(batch, state, f"k={k} one-at-a-time experiment {e}")
         walls.append(statistics.median(runs))
@@ -416,6 +422,7 @@ def metadata(args) -> dict:
         "steps_per_call": args.steps_per_call,
         "slots_per_host_requested": args.slots_per_host,
         "baseline_max": args.baseline_max,
+        "batching": engine.resolve_batching(args.batching),
         "min_time_s": args.min_time,
         "experiments_per_k": {str(k): v for k, v in args.per_k.items()},
         "argv": sys.argv[1:],

@@ -30,6 +30,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from multiverse_jax.engine import BATCHING_MODES
 from multiverse_jax.batch import Experiment
 from multiverse_jax.errors import InputError
 from multiverse_jax.topology import build_topology
@@ -203,4 +204,5 @@ def run_options(cfg) -> dict:
     return {
         "slots_per_host": _integer(c, "sim.packets_per_host", 1),
         "steps_per_call": _integer(c, "sim.steps_per_call", 1),
+        "batching": _choice(c, "sim.batching", BATCHING_MODES),
     }

@@ -104,10 +104,13 @@ def simulate(
     *,
     slots_per_host: int = 256,
     steps_per_call: int = 64,
+    batching: str = "auto",
     static: Static | None = None,
     on_progress: Callable[[State], None] | None = None,
 ) -> list[Result]:
     """Simulate ``experiments`` (a list of Experiment) as one batched program."""
     batch = build_batch(experiments, slots_per_host=slots_per_host, static=static)
-    state, timings = engine.run(batch.params, batch.state, steps_per_call=steps_per_call, on_progress=on_progress)
+    state, timings = engine.run(
+        batch.params, batch.state, steps_per_call=steps_per_call, batching=batching, on_progress=on_progress
+    )
     return results(batch, state, timings)

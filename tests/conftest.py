@@ -25,10 +25,10 @@ SMALL = Static(
 )
 
 
-def run_small(experiments, **overrides):
+def run_small(experiments, batching="auto", **overrides):
     """Simulate experiments padded to SMALL (shared compilation)."""
     static = dataclasses.replace(SMALL, **overrides)
-    return simulate(experiments, slots_per_host=static.slots_per_host, static=static)
+    return simulate(experiments, slots_per_host=static.slots_per_host, static=static, batching=batching)
 
 
 @pytest.fixture

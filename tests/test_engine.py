@@ -114,9 +114,10 @@ def _mixed_experiments():
     return exps
 
 
-def test_batch_equals_each_experiment_alone():
+@pytest.mark.parametrize("batching", ["vmap", "map"])
+def test_batch_equals_each_experiment_alone(batching):
     exps = _mixed_experiments()
-    together = run_small(exps)
+    together = run_small(exps, batching=batching)
     for exp, batched in zip(exps, together):
         alone = simulate([exp], slots_per_host=SMALL.slots_per_host)[0]  # its own, unpadded shapes
         assert batched.ok and alone.ok
@@ -124,6 +125,7 @@ def test_batch_equals_each_experiment_alone():
             np.testing.assert_array_equal(batched.flows[column], alone.flows[column])
         np.testing.assert_array_equal(batched.port_max_queue_bytes, alone.port_max_queue_bytes)
         assert batched.summary["n_packet_hops"] == alone.summary["n_packet_hops"]
+        assert batched.summary["n_windows"] == alone.summary["n_windows"]
 
 
 def test_new_parameters_same_shapes_do_not_retrace():
