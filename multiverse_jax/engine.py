@@ -68,23 +68,9 @@ def _step_if_running(params: Params, state: State) -> State:
     return jax.lax.cond(stopped, lambda: state, lambda: step(params, state))
 
 
-def _batched_step(batching: str):
-    if batching == "map":
-        return lambda params, state: jax.lax.map(lambda ps: _step_if_running(*ps), (params, state))
-    # Under vmap, lax.cond computes both branches and selects: a stopped experiment's
-    # state is kept as it is, so both modes end in the same state.
-    return jax.vmap(_step_if_running)
-
-
-@functools.partial(jax.jit, static_argnames=("n_steps", "batching"))
-def advance(params: Params, state: State, n_steps: int, batching: str = "auto") -> State:
-    """Up to ``n_steps`` windows of every experiment of the batch (leading axis E), one program.
-
-    Stops early once every experiment has finished or failed, so a batch never steps
-    windows that no experiment needs. ``batching`` is ``vmap`` or ``map`` (see
-    ``resolve_batching``).
-    """
-    batched_step = _batched_step(resolve_batching(batching))
+def _steps_until_stopped(step_fn, state: State, n_steps: int) -> State:
+    """Apply ``step_fn`` up to ``n_steps`` times, stopping early once every experiment in
+    ``state`` (one, or a batch) has finished or failed."""
 
     def running(carry):
         steps_done, s = carry
@@ -92,9 +78,31 @@ def advance(params: Params, state: State, n_steps: int, batching: str = "auto") 
 
     def body(carry):
         steps_done, s = carry
-        return steps_done + 1, batched_step(params, s)
+        return steps_done + 1, step_fn(s)
 
     return jax.lax.while_loop(running, body, (jnp.int32(0), state))[1]
+
+
+@functools.partial(jax.jit, static_argnames=("n_steps", "batching"))
+def advance(params: Params, state: State, n_steps: int, batching: str = "auto") -> State:
+    """Up to ``n_steps`` windows of every experiment of the batch (leading axis E), one program.
+
+    Stops early once every experiment has finished or failed, so a batch never steps
+    windows that no experiment needs. ``batching`` (see ``resolve_batching``):
+
+    * ``vmap``: every step advances all experiments together, as wide arrays; an
+      experiment that has stopped is kept as it is (``lax.cond`` under vmap selects).
+    * ``map``: a loop over the experiments, each running its own steps until it stops
+      or has run ``n_steps``; each experiment's state stays one loop carry throughout.
+    """
+    if resolve_batching(batching) == "map":
+
+        def one_experiment(params_and_state):
+            p, s = params_and_state
+            return _steps_until_stopped(lambda s_: step(p, s_), s, n_steps)
+
+        return jax.lax.map(one_experiment, (params, state))
+    return _steps_until_stopped(lambda s: jax.vmap(_step_if_running)(params, s), state, n_steps)
 
 
 def run(
