@@ -53,3 +53,17 @@ def test_idle_network_jumps_to_next_flow():
     assert late.flows["fct_us"][0] == pytest.approx(early.flows["fct_us"][0], abs=1e-6)
     assert late.summary["n_windows"] == early.summary["n_windows"]
     assert np.isclose(late.flows["start_us"][0], 500.0)
+
+
+@pytest.mark.parametrize("dst,hops", [(4, 2), (12, 4), (1, 4)])
+def test_rail_fabric_closed_form(dst, hops):
+    """Rail-optimised fabric (4 servers x 4 GPUs, 2 servers per leaf): GPU 0 of server 0
+    reaches GPU 0 of server 1 through its rail leaf (2 hops), GPU 0 of server 3 or GPU 1
+    of its own server through a spine (4 hops)."""
+    from multiverse_jax.topology import rail
+
+    topo = rail(4, 4, 2, 2, 100.0, 1.0)
+    result = run_small([Experiment(topo, make_flows([0], [dst], [20_000], [0]))])[0]
+    rx, ack = store_and_forward_ps(wire_sizes(20_000), [100 * 10**9] * hops, [PS] * hops)
+    assert result.flows["rx_finish_us"][0] * PS == pytest.approx(rx, abs=1000)
+    assert result.flows["finish_us"][0] * PS == pytest.approx(ack, abs=1000)
