@@ -23,6 +23,7 @@ from multiverse_jax.components.packets import PacketState
 from multiverse_jax.components.ports import PortParams, PortState
 from multiverse_jax.components.static import Static
 from multiverse_jax.errors import InputError
+from multiverse_jax.systems.common import mix32
 from multiverse_jax.topology.graph import PS_PER_US, Topology
 from multiverse_jax.topology.routing import EcmpTable, ecmp_table
 from multiverse_jax.workload.flows import FlowSet, check_hosts
@@ -97,16 +98,10 @@ class Batch:
 
 
 def flow_hash(seed: int, n_flows: int) -> np.ndarray:
-    """(F,) uint32 seeded per-flow ECMP hash (murmur3 finaliser of seed and flow index)."""
-    x = (np.arange(n_flows, dtype=np.uint64) * np.uint64(0x9E3779B1) + np.uint64(seed) * np.uint64(0x85EBCA77))
-    x = (x & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint32(16)
-        x *= np.uint32(0x85EBCA6B)
-        x ^= x >> np.uint32(13)
-        x *= np.uint32(0xC2B2AE35)
-        x ^= x >> np.uint32(16)
-    return x
+    """(F,) uint32 seeded per-flow ECMP hash: the switches' hash of (seed, flow index)."""
+    flows = np.arange(n_flows, dtype=np.uint32)
+    seed_hash = mix32(jnp.uint32((seed + 0x9E3779B9) & 0xFFFFFFFF))  # never 0, even for seed 0
+    return np.asarray(mix32(seed_hash ^ jnp.asarray(flows)))
 
 
 def _pad(array: np.ndarray, shape: tuple[int, ...], fill) -> np.ndarray:
