@@ -1,6 +1,8 @@
 """Property tests on random small networks and flow sets: every byte is delivered exactly
 once, every flow finishes, clocks never go back, the pool drains."""
 
+import dataclasses
+
 import jax
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -11,9 +13,12 @@ from multiverse_jax import engine
 from multiverse_jax.batch import Experiment, build_batch
 from multiverse_jax.simulate import results
 from multiverse_jax.topology.graph import from_cables
-from multiverse_jax.workload.flows import make_flows
+from multiverse_jax.topology.routing import ecmp_table
+from multiverse_jax.workload.flows import TRIGGER_ONESHOT, FlowSet, Triggers, make_flows
+from multiverse_jax.workload.routes import PinnedRoutes
 
 PS = 1_000_000
+SHAPES = dataclasses.replace(SMALL, n_triggers=16)  # up to one trigger per flow
 
 
 @st.composite
@@ -39,13 +44,63 @@ def networks(draw):
     dst = [(s + draw(st.integers(1, n_hosts - 1))) % n_hosts for s in src]
     size = [draw(st.integers(1, 60_000)) for _ in range(n_flows)]
     start = [draw(st.integers(0, 20)) * PS // 2 for _ in range(n_flows)]
-    return Experiment(topo, make_flows(src, dst, size, start), seed=draw(st.integers(0, 1000)))
+    flows = make_flows(src, dst, size, start)
+    # Some flows wait on the previous flow's completion (sender's last ACK or receiver's
+    # last byte), through a oneshot trigger of their own.
+    waits = [f > 0 and draw(st.booleans()) for f in range(n_flows)]
+    on_recv = [draw(st.booleans()) for _ in range(n_flows)]
+    triggers = [f for f in range(n_flows) if waits[f]]
+    trigger_of = {f: t for t, f in enumerate(triggers)}
+    send_done = np.full(n_flows, -1, np.int32)
+    recv_done = np.full(n_flows, -1, np.int32)
+    for f in triggers:
+        (recv_done if on_recv[f] else send_done)[f - 1] = trigger_of[f]
+    flows = FlowSet(
+        flow_id=flows.flow_id,
+        src=flows.src,
+        dst=flows.dst,
+        size_bytes=flows.size_bytes,
+        start_ps=np.where(waits, -1, flows.start_ps),
+        prio=flows.prio,
+        trigger=np.array([trigger_of.get(f, -1) for f in range(n_flows)], np.int32),
+        send_done_trigger=send_done,
+        recv_done_trigger=recv_done,
+        triggers=Triggers(
+            np.arange(len(triggers), dtype=np.int64),
+            np.full(len(triggers), TRIGGER_ONESHOT, np.int8),
+            np.ones(len(triggers), np.int32),
+            np.zeros(len(triggers), np.int32),
+        ),
+    )
+    return Experiment(topo, flows, routes=draw(pinned_routes(topo, flows)), seed=draw(st.integers(0, 1000)))
+
+
+@st.composite
+def pinned_routes(draw, topo, flows):
+    """Pin some flows' data and/or ACK packets to a random shortest path."""
+    table = ecmp_table(topo)
+    longest = 8
+
+    def walk(a, b):
+        ports, node = [], a
+        while node != b:
+            port = int(table.next_port[node, b, draw(st.integers(0, table.n_next[node, b] - 1))])
+            ports.append(port)
+            node = int(topo.link_dst[port])
+        return ports + [-1] * (longest - len(ports))
+
+    data, ack = [], []
+    for f in range(len(flows)):
+        a, b = int(flows.src[f]), int(flows.dst[f])
+        data.append(walk(a, b) if draw(st.booleans()) else [-1] * longest)
+        ack.append(walk(b, a) if draw(st.booleans()) else [-1] * longest)
+    return PinnedRoutes(np.array(data, np.int32), np.array(ack, np.int32))
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(networks(), min_size=1, max_size=3))
 def test_conservation_and_monotone_clocks(experiments):
-    batch = build_batch(experiments, static=SMALL, slots_per_host=SMALL.slots_per_host)
+    batch = build_batch(experiments, static=SHAPES, slots_per_host=SHAPES.slots_per_host)
     clocks = [np.asarray(batch.state.time_ps)]
     state, _ = engine.run(
         batch.params, batch.state, steps_per_call=4, on_progress=lambda s: clocks.append(np.asarray(s.time_ps))
@@ -57,6 +112,9 @@ def test_conservation_and_monotone_clocks(experiments):
         np.testing.assert_array_equal(flows["rx_bytes"], exp.flows.size_bytes)  # each byte once
         assert np.all(flows["start_us"] <= flows["rx_finish_us"])
         assert np.all(flows["rx_finish_us"] < flows["finish_us"])
+        for f in np.nonzero(exp.flows.trigger >= 0)[0]:  # started exactly at its activation
+            activation = flows["rx_finish_us"] if exp.flows.recv_done_trigger[f - 1] >= 0 else flows["finish_us"]
+            assert flows["start_us"][f] == activation[f - 1]
     pool = jax.device_get(state.packets.pkt_valid)
     assert not pool.any(), "packets left in the network after every flow finished"
     fs = jax.device_get(state.flows)
