@@ -185,3 +185,24 @@ def test_ecmp_is_seeded_and_deterministic():
     np.testing.assert_array_equal(a.flows["finish_us"], b.flows["finish_us"])
     np.testing.assert_array_equal(a.port_max_queue_bytes, b.port_max_queue_bytes)
     assert not np.array_equal(a.port_max_queue_bytes, c.port_max_queue_bytes)
+
+
+def test_pfc_bounds_ingress_bytes_by_xoff_plus_headroom():
+    """h0 -> s0 -> s1 -> h1 with a 25 Gb/s last link: s1's queue toward h1 has one ingress,
+    so PFC keeps it within XOFF + headroom, where headroom = what s0 can still send after
+    the crossing: up to one window (Δ) until the decision, one link delay for the pause
+    to arrive, one delay of bytes already on the wire, and one packet being serialised.
+    Pause and resume both work: the flow ends at the bottleneck rate."""
+    from conftest import chain
+
+    topo = chain([100, 100, 25], [1.0, 1.0, 1.0])
+    size, xoff = 2_000_000, 100_000
+    exp = Experiment(topo, make_flows([0], [1], [size], [0]), pfc_xoff_bytes=xoff, pfc_xon_bytes=50_000)
+    result = run_small([exp])[0]
+    assert result.ok, result.summary
+    s1_to_h1 = topo.link_between(topo.node_index("s1"), 1)
+    headroom = (3 * PS) * 100e9 / 8 / 1e12 + 4160
+    assert xoff < result.port_max_queue_bytes[s1_to_h1] <= xoff + headroom
+    assert result.summary["pfc_pauses"] > 1
+    bottleneck_us = sum(wire_sizes(size)) * 8 / 25e9 * 1e6
+    assert result.flows["rx_finish_us"][0] == pytest.approx(bottleneck_us + 3.0, rel=0.01)
