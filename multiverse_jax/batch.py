@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from multiverse_jax.components.experiment import CC_NONE, Params, State
+from multiverse_jax.components.experiment import CC_NONE, LB_ECMP, LB_FLOWLET, LB_SPRAY, Params, State
 from multiverse_jax.components.flows import FlowParams, FlowState
 from multiverse_jax.components.links import LinkParams, LinkState
 from multiverse_jax.components.nodes import NicParams, NodeParams
@@ -33,7 +33,7 @@ from multiverse_jax.workload.triggers import check_triggers, trigger_tables
 NEVER = np.iinfo(np.int64).max
 UNLIMITED_BYTES = 1 << 62  # NIC egress queues hold only ACKs and are never the bottleneck
 CC_KINDS = {"none": CC_NONE}
-LB_KINDS = ("ecmp",)
+LB_KINDS = {"ecmp": LB_ECMP, "spray": LB_SPRAY, "flowlet": LB_FLOWLET}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +50,8 @@ class Experiment:
     pfc_xoff_bytes: int = 200_000  # switch.pfc_xoff_bytes, per ingress
     pfc_xon_bytes: int = 100_000  # switch.pfc_xon_bytes, per ingress
     cc: str = "none"  # cc
-    lb: str = "ecmp"  # lb
+    lb: str = "ecmp"  # lb: ecmp | spray | flowlet
+    flowlet_gap_us: float = 50.0  # switch.flowlet_gap_us: idle time that starts a new flowlet
     seed: int = 0  # sim.seed
     max_time_us: float = 1e6  # sim.max_time_us
     ecmp: EcmpTable | None = None  # precomputed routing of ``topology`` (built if None)
@@ -79,6 +80,8 @@ class Experiment:
             raise InputError(f"cc must be one of {sorted(CC_KINDS)}, got {self.cc!r}")
         if self.lb not in LB_KINDS:
             raise InputError(f"lb must be one of {list(LB_KINDS)}, got {self.lb!r}")
+        if not self.flowlet_gap_us > 0:
+            raise InputError(f"switch.flowlet_gap_us must be > 0, got {self.flowlet_gap_us!r}")
         if not self.max_time_us > 0:
             raise InputError(f"sim.max_time_us must be > 0, got {self.max_time_us!r}")
         if len(self.flows) == 0:
@@ -189,6 +192,8 @@ def _experiment_arrays(exp: Experiment, table: EcmpTable, s: Static) -> tuple[Pa
         ack_bytes=np.int32(exp.ack_bytes),
         max_time_ps=np.int64(round(exp.max_time_us * PS_PER_US)),
         cc_kind=np.int32(CC_KINDS[exp.cc]),
+        lb_kind=np.int32(LB_KINDS[exp.lb]),
+        flowlet_gap_ps=np.int64(round(exp.flowlet_gap_us * PS_PER_US)),
     )
     n_slots = s.n_slots
     state = State(
@@ -214,6 +219,7 @@ def _experiment_arrays(exp: Experiment, table: EcmpTable, s: Static) -> tuple[Pa
             pkt_time_ps=np.zeros(n_slots, np.int64),
             pkt_ingress=np.full(n_slots, -1, np.int32),
             pkt_hop=np.zeros(n_slots, np.int32),
+            pkt_path_salt=np.zeros(n_slots, np.uint32),
         ),
         flows=FlowState(
             flow_begin_ps=_pad(start_ps, (s.n_flows,), NEVER),
@@ -224,6 +230,8 @@ def _experiment_arrays(exp: Experiment, table: EcmpTable, s: Static) -> tuple[Pa
             flow_acked_packets=np.zeros(s.n_flows, np.int32),
             flow_rx_finish_ps=np.full(s.n_flows, NEVER, np.int64),
             flow_finish_ps=np.full(s.n_flows, NEVER, np.int64),
+            flow_last_send_ps=np.full(s.n_flows, -1, np.int64),
+            flow_flowlet=np.zeros(s.n_flows, np.uint32),
         ),
         done=np.bool_(False),
         error=np.int32(0),

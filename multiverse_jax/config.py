@@ -192,6 +192,7 @@ def experiment_from_config(cfg) -> Experiment:
         pfc_xon_bytes=_integer(c, "switch.pfc_xon_bytes"),
         cc=c["cc"],
         lb=c["lb"],
+        flowlet_gap_us=_number(c, "switch.flowlet_gap_us", positive=True),
         seed=_integer(c, "sim.seed", 0),
         max_time_us=_number(c, "sim.max_time_us", positive=True),
     )

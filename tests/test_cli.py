@@ -88,7 +88,7 @@ def test_cm_workload_trigger_chain(tmp_path, monkeypatch):
     [
         (["topology.kind=torus"], "topology.kind"),
         (["cc=reno"], "cc must be one of"),
-        (["lb=spray"], "lb must be one of"),
+        (["lb=magic"], "lb must be one of"),
         (["workload.kind=cm"], "workload.path"),
         (["workload.kind=ring"], "workload.kind"),
         (["workload.flow_bytes=-5"], "workload.flow_bytes"),

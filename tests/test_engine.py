@@ -101,7 +101,7 @@ def test_pinned_route_is_followed():
 
 def _mixed_experiments():
     """Four experiments that differ in everything but shape: topology, rates, delays,
-    buffers, thresholds, flows and seed."""
+    buffers, thresholds, flows, seed and load balancing."""
     ls = leafspine(4, 4, 2, 100.0, 1.0)
     rng = np.random.default_rng(7)
     exps = []
@@ -110,7 +110,12 @@ def _mixed_experiments():
         src = rng.integers(0, topo.n_hosts, n)
         dst = (src + 1 + rng.integers(0, topo.n_hosts - 1, n)) % topo.n_hosts
         flows = make_flows(src, dst, rng.integers(1_000, 120_000, n), rng.integers(0, 5 * PS, n))
-        exps.append(Experiment(topo, flows, seed=e, buffer_bytes=1_500_000 - 100_000 * e, pfc_xoff_bytes=150_000 + 20_000 * e))
+        lb = ("ecmp", "spray", "flowlet", "spray")[e]
+        exps.append(
+            Experiment(
+                topo, flows, seed=e, lb=lb, flowlet_gap_us=0.5, buffer_bytes=1_500_000 - 100_000 * e, pfc_xoff_bytes=150_000 + 20_000 * e
+            )
+        )
     return exps
 
 
@@ -206,3 +211,42 @@ def test_pfc_bounds_ingress_bytes_by_xoff_plus_headroom():
     assert result.summary["pfc_pauses"] > 1
     bottleneck_us = sum(wire_sizes(size)) * 8 / 25e9 * 1e6
     assert result.flows["rx_finish_us"][0] == pytest.approx(bottleneck_us + 3.0, rel=0.01)
+
+
+def _core_bytes(state, e, names):
+    """Wire bytes each core received from pod 0 (agg0, agg1) in experiment e: the data of
+    flows leaving h0 (their ACKs come down into pod 0, not up)."""
+    tx = np.asarray(state.ports.port_tx_bytes[e, : K4.n_links])
+    up = [l for l in range(K4.n_links) if names[K4.link_src[l]] in ("agg0", "agg1") and names[K4.link_dst[l]].startswith("core")]
+    return {names[K4.link_dst[l]]: int(tx[l]) for l in up if tx[l] > 0}
+
+
+def test_spraying_spreads_one_flow_over_all_paths():
+    """One cross-pod flow of 4096 packets, sprayed per packet (a hash per packet, as random
+    packet spraying does): all 4 cores carry its data, each within 10 % of the mean;
+    per-flow ECMP puts it on exactly one core."""
+    packets = 4096
+    flows = make_flows([0], [15], [packets * 4096], [0])
+    experiments = [Experiment(K4, flows, lb="spray"), Experiment(K4, flows, lb="ecmp")]
+    batch = build_batch(experiments, static=SMALL, slots_per_host=SMALL.slots_per_host)
+    state, _ = engine.run(batch.params, batch.state)
+    sprayed, pinned = _core_bytes(state, 0, K4.node_names), _core_bytes(state, 1, K4.node_names)
+    assert len(sprayed) == 4
+    mean = np.mean(list(sprayed.values()))
+    assert all(abs(b - mean) <= 0.1 * mean for b in sprayed.values()), sprayed
+    assert len(pinned) == 1
+    assert all(r.ok and r.flows["rx_bytes"][0] == packets * 4096 for r in results(batch, state))
+
+
+def test_flowlets_change_path_only_after_a_gap():
+    """Two flows share h0's NIC, so each sends every other packet slot: a gap of one packet
+    time. With a flowlet gap below that, every packet starts a flowlet and the flow
+    spreads over the cores; with a long gap a flow keeps one path, as with ECMP."""
+    flows = make_flows([0, 0], [15, 14], [200 * 4096, 200 * 4096], [0, 0])
+    experiments = [Experiment(K4, flows, lb="flowlet", flowlet_gap_us=0.1), Experiment(K4, flows, lb="flowlet", flowlet_gap_us=1000.0)]
+    batch = build_batch(experiments, static=SMALL, slots_per_host=SMALL.slots_per_host)
+    state, _ = engine.run(batch.params, batch.state)
+    assert len(_core_bytes(state, 0, K4.node_names)) == 4
+    assert len(_core_bytes(state, 1, K4.node_names)) <= 2  # one core per flow
+    flowlets = np.asarray(state.flows.flow_flowlet)
+    assert flowlets[0, 0] == 200 and flowlets[1, 0] == 1

@@ -30,6 +30,11 @@ ERROR_MESSAGES = {
 
 CC_NONE = 0  # line rate, held back only by backpressure (more algorithms plug in here)
 
+# Load balancing (a per-experiment value): which equal-cost next hop a packet takes.
+LB_ECMP = 0  # per flow: every packet of a flow takes the same path
+LB_SPRAY = 1  # per packet: each packet hashes its own path
+LB_FLOWLET = 2  # per flowlet: a new path when the flow pauses longer than the flowlet gap
+
 
 @struct.dataclass
 class Params:
@@ -44,6 +49,8 @@ class Params:
     ack_bytes: chex.Array  # () int32 wire size of an ACK
     max_time_ps: chex.Array  # () int64 the run stops with ERROR_TIME_LIMIT past this time
     cc_kind: chex.Array  # () int32 congestion control (CC_NONE)
+    lb_kind: chex.Array  # () int32 load balancing (LB_ECMP | LB_SPRAY | LB_FLOWLET)
+    flowlet_gap_ps: chex.Array  # () int64 idle time after which a flow starts a new flowlet
 
 
 @struct.dataclass

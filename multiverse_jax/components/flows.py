@@ -33,3 +33,5 @@ class FlowState:
     flow_acked_packets: chex.Array  # (F,) int32 ACKs back at the sender
     flow_rx_finish_ps: chex.Array  # (F,) int64 receiver has the last byte (NEVER until then)
     flow_finish_ps: chex.Array  # (F,) int64 sender has the last ACK (NEVER until then)
+    flow_last_send_ps: chex.Array  # (F,) int64 start of the flow's latest packet (-1: none yet)
+    flow_flowlet: chex.Array  # (F,) uint32 flowlets the flow has started (LB_FLOWLET)

@@ -28,3 +28,5 @@ class PacketState:
     pkt_time_ps: chex.Array  # (S_total,) int64 arrival at the far end (in flight) or at the port (queued)
     pkt_ingress: chex.Array  # (S_total,) int32 link it arrived over at its current switch (-1 at a host)
     pkt_hop: chex.Array  # (S_total,) int32 index of pkt_port along the packet's path (0 = first link)
+    pkt_path_salt: chex.Array  # (S_total,) uint32 mixed into the ECMP hash: 0 (per flow), the
+    #   packet's own (spraying) or its flowlet's; its ACK keeps it

@@ -18,11 +18,12 @@ from multiverse_jax.systems.common import mix32
 ACK_SALT = 0x5BD1E995  # ACKs hash independently of their data packets
 
 
-def route(params: Params, node, dst_host, flow, is_ack, hop):
+def route(params: Params, node, dst_host, flow, is_ack, hop, path_salt):
     """Egress port at ``node`` for a packet of ``flow`` whose next link is number ``hop``.
 
-    A pinned path (data or ACK) wins; otherwise per-flow ECMP: a seeded hash of the flow
-    and the switch picks one of the equal-cost next hops, so a flow keeps its path.
+    A pinned path (data or ACK) wins; otherwise ECMP: a hash of the flow's seeded hash,
+    the packet's path salt and the switch picks one of the equal-cost next hops. With
+    salt 0 a flow keeps one path (per-flow ECMP); spraying and flowlets vary the salt.
     """
     flows, nodes = params.flows, params.nodes
     pinned_len = flows.flow_pinned_data.shape[1]
@@ -30,7 +31,7 @@ def route(params: Params, node, dst_host, flow, is_ack, hop):
     pinned = jnp.where(is_ack, flows.flow_pinned_ack[flow, hop_c], flows.flow_pinned_data[flow, hop_c])
     pinned = jnp.where(hop < pinned_len, pinned, -1)
     n_next = jnp.maximum(nodes.route_n_next[node, dst_host], 1)
-    salt = jnp.where(is_ack, jnp.uint32(ACK_SALT), jnp.uint32(0))
+    salt = jnp.where(is_ack, jnp.uint32(ACK_SALT), jnp.uint32(0)) + mix32(path_salt)
     choice = mix32(flows.flow_hash[flow] ^ mix32(node.astype(jnp.uint32) + salt)) % n_next.astype(jnp.uint32)
     ecmp = nodes.route_next_port[node, dst_host, choice.astype(jnp.int32)]
     return jnp.where(pinned >= 0, pinned, ecmp)
@@ -44,7 +45,7 @@ def set_forward_plan(params: Params, state: State, window_end_ps) -> State:
             pkts.pkt_valid & pkts.pkt_in_flight & (pkts.pkt_time_ps < window_end_ps) & ~params.nodes.node_is_host[node]
         )
         dst_host = jnp.where(pkts.pkt_is_ack, params.flows.flow_src[pkts.pkt_flow], params.flows.flow_dst[pkts.pkt_flow])
-        egress = route(params, node, dst_host, pkts.pkt_flow, pkts.pkt_is_ack, pkts.pkt_hop + 1)
+        egress = route(params, node, dst_host, pkts.pkt_flow, pkts.pkt_is_ack, pkts.pkt_hop + 1, pkts.pkt_path_salt)
         packets = pkts.replace(
             pkt_in_flight=jnp.where(arriving, False, pkts.pkt_in_flight),
             pkt_ingress=jnp.where(arriving, pkts.pkt_port, pkts.pkt_ingress),

@@ -1,5 +1,9 @@
 """NIC send: each host's NIC offers the next packet of one of its flows to its egress port.
 
+Load balancing is decided here, at the source: each packet carries a path salt that the
+switches mix into their ECMP hash (0 for per-flow ECMP, the packet's sequence number for
+spraying, the flow's flowlet number for flowlet switching).
+
 The NIC serves its ready flows round-robin in effect: it picks the flow that has been
 ready the longest (earliest ready time, then lowest index); after sending, a flow is next
 ready when congestion control says (``cc.next_send_ps``). A data packet is created only
@@ -12,7 +16,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import NEVER, Params, State
+from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, NEVER, Params, State
 from multiverse_jax.systems import cc
 from multiverse_jax.systems.common import fifo_head
 
@@ -70,6 +74,15 @@ def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, seriali
     fp, fs, pkts = params.flows, state.flows, state.packets
     n_hosts = params.nics.nic_port.shape[0]
     target = jnp.where(sent, offer_.slot, pkts.pkt_valid.shape[0])
+    seq = fs.flow_sent_packets[offer_.flow]
+    # A flow that has been idle longer than the flowlet gap starts a new flowlet.
+    last_send_ps = fs.flow_last_send_ps[offer_.flow]
+    flowlet = fs.flow_flowlet[offer_.flow] + ((last_send_ps < 0) | (start_ps - last_send_ps > params.flowlet_gap_ps))
+    path_salt = jnp.where(
+        params.lb_kind == LB_SPRAY,
+        (seq + 1).astype(jnp.uint32),
+        jnp.where(params.lb_kind == LB_FLOWLET, flowlet.astype(jnp.uint32), jnp.uint32(0)),
+    )
 
     def put(column, value):
         return column.at[target].set(jnp.broadcast_to(value, (n_hosts,)).astype(column.dtype), mode="drop")
@@ -78,13 +91,14 @@ def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, seriali
         pkt_valid=put(pkts.pkt_valid, True),
         pkt_is_ack=put(pkts.pkt_is_ack, False),
         pkt_flow=put(pkts.pkt_flow, offer_.flow),
-        pkt_seq=put(pkts.pkt_seq, fs.flow_sent_packets[offer_.flow]),
+        pkt_seq=put(pkts.pkt_seq, seq),
         pkt_bytes=put(pkts.pkt_bytes, offer_.wire_bytes),
         pkt_port=put(pkts.pkt_port, params.nics.nic_port),
         pkt_in_flight=put(pkts.pkt_in_flight, True),
         pkt_time_ps=put(pkts.pkt_time_ps, arrival_ps),
         pkt_ingress=put(pkts.pkt_ingress, -1),
         pkt_hop=put(pkts.pkt_hop, 0),
+        pkt_path_salt=put(pkts.pkt_path_salt, path_salt),
     )
     # Each flow reads whether its host's NIC sent one of its packets (a gather, no scatter).
     src = fp.flow_src
@@ -94,5 +108,7 @@ def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, seriali
         flow_next_send_ps=jnp.where(
             flow_sent, cc.next_send_ps(params, start_ps[src], serialization_ps[src]), fs.flow_next_send_ps
         ),
+        flow_last_send_ps=jnp.where(flow_sent, start_ps[src], fs.flow_last_send_ps),
+        flow_flowlet=jnp.where(flow_sent, flowlet[src].astype(jnp.uint32), fs.flow_flowlet),
     )
     return state.replace(packets=packets, flows=flows)
