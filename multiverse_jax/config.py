@@ -33,7 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 from multiverse_jax.engine import BATCHING_MODES
 from multiverse_jax.batch import Experiment
 from multiverse_jax.errors import InputError
-from multiverse_jax.topology import build_topology
+from multiverse_jax.topology import KINDS as TOPOLOGY_KINDS, build_topology
 from multiverse_jax.topology.graph import PS_PER_US, Topology
 from multiverse_jax.workload.flows import FlowSet, make_flows
 from multiverse_jax.workload.htsim_cm import load_cm
@@ -165,7 +165,7 @@ def experiment_from_config(cfg) -> Experiment:
     c = resolve_config(cfg)
     topo_cfg = c["topology"]
     topology = build_topology(
-        _choice(c, "topology.kind", ("fattree", "leafspine", "rail", "custom")),
+        _choice(c, "topology.kind", TOPOLOGY_KINDS),
         k=topo_cfg["k"],
         leaves=topo_cfg["leaves"],
         hosts_per_leaf=topo_cfg["hosts_per_leaf"],

@@ -17,7 +17,3 @@ class InputError(ValueError):
         if source is not None:
             where = f"{source}:{line}: " if line is not None else f"{source}: "
         super().__init__(where + message)
-
-
-class SimulationError(RuntimeError):
-    """A run hit a fixed capacity or limit (reported from the device error word)."""
