@@ -77,16 +77,17 @@ def results(batch: Batch, state: State, timings: dict | None = None) -> list[Res
         n_ports = experiment.topology.n_links
         error = int(host["error"][e])
         fct = columns["fct_us"]
+        finished = fct[~np.isnan(fct)]
         summary = {
             "status": "ok" if error == 0 and bool(host["done"][e]) else "failed",
             "error": error_message(error),
             "n_flows": len(experiment.flows),
-            "flows_finished": int(np.sum(~np.isnan(fct))),
-            "job_time_us": float(np.nanmax(columns["finish_us"])) if np.any(~np.isnan(fct)) else float("nan"),
+            "flows_finished": int(finished.size),
+            "job_time_us": float(np.nanmax(columns["finish_us"])) if finished.size else float("nan"),
             "simulated_time_us": float(host["time_ps"][e] / PS_PER_US),
-            "fct_mean_us": float(np.nanmean(fct)) if np.any(~np.isnan(fct)) else float("nan"),
-            "fct_p50_us": float(np.nanpercentile(fct, 50)) if np.any(~np.isnan(fct)) else float("nan"),
-            "fct_p99_us": float(np.nanpercentile(fct, 99)) if np.any(~np.isnan(fct)) else float("nan"),
+            "fct_mean_us": float(finished.mean()) if finished.size else float("nan"),
+            "fct_p50_us": float(np.percentile(finished, 50)) if finished.size else float("nan"),
+            "fct_p99_us": float(np.percentile(finished, 99)) if finished.size else float("nan"),
             "max_queue_bytes": int(host["max_queue"][e, :n_ports].max()),
             "pfc_pauses": int(host["pauses"][e, :n_ports].sum()),
             "bytes_on_wire": int(host["tx_bytes"][e, :n_ports].sum()),
