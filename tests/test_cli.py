@@ -165,3 +165,20 @@ def test_cli_subprocess_bad_value_exits_2(tmp_path):
     proc = cli(tmp_path, "cc=reno")
     assert proc.returncode == 2
     assert "cc must be one of" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_shipped_examples_run(tmp_path):
+    """examples/: a custom topology, and a .cm pipeline with pinned routes on k=4."""
+    examples = __import__("pathlib").Path(__file__).parent.parent / "examples"
+    custom = config("topology.kind=custom", f"topology.path={examples / 'rack.topo'}", "workload.flow_bytes=20000")
+    assert run(custom, tmp_path / "custom") == 0
+    assert len(read_fct(tmp_path / "custom")[1]) == 6
+    pipeline = config(
+        "workload.kind=cm", f"workload.path={examples / 'pipeline.cm'}", f"workload.routes={examples / 'routes_k4.csv'}"
+    )
+    assert run(pipeline, tmp_path / "pipeline") == 0
+    rows = {int(r["id"]): r for r in read_fct(tmp_path / "pipeline")[1]}
+    assert float(rows[2]["start_us"]) == pytest.approx(float(rows[1]["rx_finish_us"]), abs=1e-6)
+    assert float(rows[3]["start_us"]) == pytest.approx(float(rows[2]["rx_finish_us"]), abs=1e-6)
+    barrier = max(float(rows[3]["finish_us"]), float(rows[4]["finish_us"]))
+    assert float(rows[5]["start_us"]) == pytest.approx(barrier, abs=1e-6)
