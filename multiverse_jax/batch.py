@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -113,9 +114,16 @@ def _pad(array: np.ndarray, shape: tuple[int, ...], fill) -> np.ndarray:
     return out
 
 
-def _static_of(experiments, tables, slots_per_host: int) -> Static:
+class _Derived(NamedTuple):
+    """What each experiment's arrays are built from, computed once per experiment."""
+
+    ecmp: EcmpTable
+    triggers: tuple[np.ndarray, np.ndarray, np.ndarray]  # trigger_tables(flows)
+
+
+def _static_of(experiments, derived, slots_per_host: int) -> Static:
     def biggest(f):
-        return max(f(e, t) for e, t in zip(experiments, tables))
+        return max(f(e, d) for e, d in zip(experiments, derived))
 
     history = biggest(
         lambda e, t: math.ceil(int(e.topology.link_delay_ps.max()) / int(e.topology.link_delay_ps.min())) + 2
@@ -126,15 +134,15 @@ def _static_of(experiments, tables, slots_per_host: int) -> Static:
         n_ports=biggest(lambda e, t: e.topology.n_links),
         n_flows=biggest(lambda e, t: len(e.flows)),
         n_triggers=max(1, biggest(lambda e, t: len(e.flows.triggers))),
-        n_activators=max(1, biggest(lambda e, t: trigger_tables(e.flows)[0].shape[1])),
-        route_width=biggest(lambda e, t: t.width),
+        n_activators=max(1, biggest(lambda e, d: d.triggers[0].shape[1])),
+        route_width=biggest(lambda e, d: d.ecmp.width),
         pinned_len=max(1, biggest(lambda e, t: (e.routes.max_links if e.routes is not None else 1))),
         slots_per_host=slots_per_host,
         pfc_history=history,
     )
 
 
-def _experiment_arrays(exp: Experiment, table: EcmpTable, s: Static) -> tuple[Params, State]:
+def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[Params, State]:
     """Unbatched, padded NumPy Params and initial State of one experiment."""
     topo, flows = exp.topology, exp.flows
     n_links, n_flows = topo.n_links, len(flows)
@@ -155,12 +163,12 @@ def _experiment_arrays(exp: Experiment, table: EcmpTable, s: Static) -> tuple[Pa
     )
     nodes = NodeParams(
         node_is_host=_pad(np.arange(topo.n_nodes) < topo.n_hosts, (s.n_nodes,), False),
-        route_next_port=_pad(table.next_port, (s.n_nodes, s.n_hosts, s.route_width), -1),
-        route_n_next=_pad(table.n_next, (s.n_nodes, s.n_hosts), 0),
+        route_next_port=_pad(derived.ecmp.next_port, (s.n_nodes, s.n_hosts, s.route_width), -1),
+        route_n_next=_pad(derived.ecmp.n_next, (s.n_nodes, s.n_hosts), 0),
     )
     nics = NicParams(nic_port=_pad(host_port, (s.n_hosts,), 0))
 
-    activator, activator_is_recv, rank = trigger_tables(flows)
+    activator, activator_is_recv, rank = derived.triggers
     routes = exp.routes if exp.routes is not None else PinnedRoutes.none(n_flows)
     n_packets = -(-flows.size_bytes // exp.payload_bytes)
     triggered = flows.trigger >= 0
@@ -252,15 +260,15 @@ def build_batch(experiments, *, slots_per_host: int = 256, static: Static | None
         raise InputError("a batch needs at least one experiment")
     if slots_per_host < 1:
         raise InputError(f"sim.packets_per_host must be >= 1, got {slots_per_host}")
-    tables = [exp.validate() for exp in experiments]
-    needed = _static_of(experiments, tables, slots_per_host)
+    derived = [_Derived(exp.validate(), trigger_tables(exp.flows)) for exp in experiments]
+    needed = _static_of(experiments, derived, slots_per_host)
     if static is None:
         static = needed
     else:
         small = [f.name for f in dataclasses.fields(Static) if getattr(static, f.name) < getattr(needed, f.name)]
         if small:
             raise InputError(f"the given shapes are too small for this batch: {', '.join(small)}")
-    pairs = [_experiment_arrays(exp, table, static) for exp, table in zip(experiments, tables)]
+    pairs = [_experiment_arrays(exp, d, static) for exp, d in zip(experiments, derived)]
     params = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *[p for p, _ in pairs])
     state = jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *[st for _, st in pairs])
     return Batch(static=static, params=params, state=state, experiments=experiments)
