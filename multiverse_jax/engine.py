@@ -18,6 +18,7 @@ import numpy as np
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.systems.ack import ack
+from multiverse_jax.systems.cc import congestion_control
 from multiverse_jax.systems.clock import clock
 from multiverse_jax.systems.complete import complete
 from multiverse_jax.systems.forward import set_forward_plan
@@ -35,7 +36,8 @@ def step(params: Params, state: State) -> State:
     """
     window_end_ps = state.time_ps + params.window_ps
     state = set_forward_plan(params, state, window_end_ps)  # arrivals at switches
-    state = receive(params, state, window_end_ps)  # data at receivers -> ACKs
+    state = receive(params, state, window_end_ps)  # data at receivers -> ACKs (ECN echo, CNPs)
+    state = congestion_control(params, state, window_end_ps)  # ACKs and timers -> rates, windows
     state = ack(params, state, window_end_ps)  # ACKs at senders
     state = complete(params, state)  # finish times -> triggers -> flow starts
     state = transmit(params, state, window_end_ps)  # NICs and switch ports serialise

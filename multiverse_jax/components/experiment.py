@@ -8,6 +8,7 @@ import chex
 import jax.numpy as jnp
 from flax import struct
 
+from multiverse_jax.components.cc import CcParams, CcState
 from multiverse_jax.components.flows import FlowParams, FlowState
 from multiverse_jax.components.links import LinkParams, LinkState
 from multiverse_jax.components.nodes import NicParams, NodeParams
@@ -28,7 +29,12 @@ ERROR_MESSAGES = {
     ERROR_STALLED: "the experiment stalled: nothing in flight and no flow can send, yet some flows never finished",
 }
 
-CC_NONE = 0  # line rate, held back only by backpressure (more algorithms plug in here)
+# Congestion control (a per-experiment value; ``cc/`` holds the algorithms).
+CC_NONE = 0  # line rate, held back only by backpressure (PFC)
+CC_DCQCN = 1  # rate-based, ECN -> CNP (Zhu et al. 2015)
+CC_DCTCP = 2  # window-based, ECN echo (Alizadeh et al. 2010)
+CC_HPCC = 3  # window + pacing from in-band telemetry (Li et al. 2019)
+CC_TIMELY = 4  # rate-based, RTT gradient (Mittal et al. 2015)
 
 # Load balancing (a per-experiment value): which equal-cost next hop a packet takes.
 LB_ECMP = 0  # per flow: every packet of a flow takes the same path
@@ -48,7 +54,8 @@ class Params:
     header_bytes: chex.Array  # () int32 header bytes added to every data packet
     ack_bytes: chex.Array  # () int32 wire size of an ACK
     max_time_ps: chex.Array  # () int64 the run stops with ERROR_TIME_LIMIT past this time
-    cc_kind: chex.Array  # () int32 congestion control (CC_NONE)
+    cc_kind: chex.Array  # () int32 congestion control (CC_*)
+    cc: CcParams  # constants of every algorithm (and of ECN marking)
     lb_kind: chex.Array  # () int32 load balancing (LB_ECMP | LB_SPRAY | LB_FLOWLET)
     flowlet_gap_ps: chex.Array  # () int64 idle time after which a flow starts a new flowlet
 
@@ -60,6 +67,7 @@ class State:
     ports: PortState
     packets: PacketState
     flows: FlowState
+    cc: CcState
     done: chex.Array  # () bool every flow has finished
     error: chex.Array  # () int32 ERROR_* bits
     n_windows: chex.Array  # () int64 windows stepped (the clock may also jump)

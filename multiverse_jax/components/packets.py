@@ -30,3 +30,12 @@ class PacketState:
     pkt_hop: chex.Array  # (S_total,) int32 index of pkt_port along the packet's path (0 = first link)
     pkt_path_salt: chex.Array  # (S_total,) uint32 mixed into the ECMP hash: 0 (per flow), the
     #   packet's own (spraying) or its flowlet's; its ACK keeps it
+    pkt_ecn: chex.Array  # (S_total,) bool data: ECN congestion-experienced mark; its ACK echoes it
+    pkt_cnp: chex.Array  # (S_total,) bool ACK: carries a DCQCN congestion notification
+    pkt_sent_ps: chex.Array  # (S_total,) int64 when the data packet left its sender (for RTTs)
+    # In-band telemetry (HPCC), one entry per switch hop of the data packet (hop i = the
+    # i-th switch egress port it left by); its ACK echoes it. Hi = Static.int_hops.
+    pkt_int_port: chex.Array  # (S_total, Hi) int32 egress port (-1: not recorded)
+    pkt_int_ts_ps: chex.Array  # (S_total, Hi) int64 when the packet started leaving it
+    pkt_int_tx_bytes: chex.Array  # (S_total, Hi) int64 bytes the port had sent, the packet included
+    pkt_int_qlen_bytes: chex.Array  # (S_total, Hi) int64 bytes queued at the port as the packet left

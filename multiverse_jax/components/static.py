@@ -19,6 +19,8 @@ class Static:
     pinned_len: int  # M: longest pinned path, in links (>= 1)
     slots_per_host: int  # S: packet slots owned by each host (its unacknowledged packets)
     pfc_history: int  # L: PFC decisions remembered per link (covers the longest link delay)
+    int_hops: int = 1  # Hi: in-band telemetry entries per packet (switch hops of the longest path; 1 without HPCC)
+    n_data_classes: int = 1  # C: strict-priority data classes per port (flow priorities 0..C-1)
 
     @property
     def n_slots(self) -> int:

@@ -1,31 +1,216 @@
-"""Congestion control: when may a flow hand its next packet to the NIC.
+"""Congestion control: ACKs and timers update each flow's rate and window, in time order.
 
-``cc_kind`` is a per-experiment value, so algorithms are chosen branch-free (``jnp.where``)
-and a batch may mix them. Only ``CC_NONE`` exists so far: line rate, held back only by
-PFC backpressure. Window- and rate-based algorithms (DCQCN, DCTCP, HPCC, TIMELY) plug in
-here: ``may_send`` gates on the window, ``next_send_ps`` paces. A window-based rule must
-only count ACKs that have arrived by the send time (ACKs of a window are processed at its
-start, with their exact times).
+``cc_kind`` is a per-experiment value: the rules of the experiment's algorithm are
+chosen with ``lax.switch`` (a select under vmap), so one batch mixes algorithms.
+
+Once per window, before the ACKs are counted (``ack.py``), each flow's events of the
+window -- ACKs reaching it, and (DCQCN) timers -- are applied one at a time in time
+order (a loop whose iteration count is the most events any flow has in the window).
+Their effects start at their own times, never earlier:
+
+* rate: the pacing of the next packet moves by the difference of the old and new
+  inter-packet gaps (as ns-3's ``ChangeRate``), but never before the event; a packet
+  already due before the event keeps its time;
+* window (DCTCP, HPCC): the flow may have sent ``acked + window`` bytes from the ACK's
+  arrival on (``CcState.gate_*``, ``gate_ps`` below). A cut is applied from the
+  window's start if the window had more than ``GATE_ENTRIES - 1`` ACKs of that flow
+  (conservative: less sending, up to one window early).
+
+The NIC (``nic_send.py``) asks ``gate_ps`` and ``next_send_ps`` when a flow may send.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import Params
-from multiverse_jax.components.flows import FlowState
+from multiverse_jax.cc import dcqcn, dctcp, hpcc, timely
+from multiverse_jax.cc.events import AckEvent
+from multiverse_jax.components.cc import GATE_ENTRIES, CcState
+from multiverse_jax.components.experiment import CC_DCQCN, CC_DCTCP, CC_HPCC, CC_NONE, NEVER, Params, State
+from multiverse_jax.systems.common import PS_BITS_PER_BYTE, fifo_head
+
+NO_LIMIT = jnp.inf  # the allowance of a flow without a window
 
 
-def may_send(params: Params, flows: FlowState):
-    """(F,) bool: congestion control allows the flow another packet now."""
-    del params
-    return jnp.ones_like(flows.flow_sent_packets, dtype=bool)
+def line_rate_bps(params: Params):
+    """(F,) float64 the rate of each flow's sender NIC."""
+    return params.links.link_rate_bps[params.nics.nic_port[params.flows.flow_src]].astype(jnp.float64)
 
 
-def next_send_ps(params: Params, start_ps, serialization_ps):
-    """Earliest time the flow may start its next packet after one started at ``start_ps``.
+def window_based(params: Params):
+    return (params.cc_kind == CC_DCTCP) | (params.cc_kind == CC_HPCC)
 
-    CC_NONE: back to back at the NIC's line rate.
+
+def allowance_bytes(params: Params, cc: CcState, acked_packets):
+    """(F,) bytes a flow may have sent: acknowledged bytes + window (inf without a window)."""
+    acked = acked_packets.astype(jnp.float64) * params.payload_bytes
+    return jnp.where(window_based(params), acked + cc.window_bytes, NO_LIMIT)
+
+
+def gate_ps(params: Params, state: State):
+    """(F,) earliest time the window lets each flow send its next packet (NEVER: not in this window)."""
+    cc = state.cc
+    sent_bytes = state.flows.flow_sent_packets.astype(jnp.float64) * params.payload_bytes
+    open_ = cc.gate_allow_bytes > sent_bytes[:, None]
+    return jnp.min(jnp.where(open_, cc.gate_ps, NEVER), axis=-1)
+
+
+def pacing_gap_ps(rate_bps, wire_bytes):
+    """Gap between packet starts at ``rate_bps``: wire * 8 / rate, in ps, rounded up."""
+    return jnp.ceil(wire_bytes * (PS_BITS_PER_BYTE / jnp.maximum(rate_bps, 1.0))).astype(jnp.int64)
+
+
+def next_send_ps(params: Params, cc: CcState, flow, start_ps, serialization_ps, wire_bytes):
+    """When a flow that started a packet at ``start_ps`` may start the next (arrays over flows).
+
+    CC_NONE: back to back at line rate. Otherwise paced at the flow's rate (never faster
+    than the line).
     """
-    del params
-    return start_ps + serialization_ps
+    paced = pacing_gap_ps(cc.rate_bps[flow], wire_bytes)
+    gap = jnp.where(params.cc_kind == CC_NONE, serialization_ps, jnp.maximum(serialization_ps, paced))
+    return start_ps + gap
+
+
+def on_send(params: Params, cc: CcState, sent, wire_bytes, start_ps) -> CcState:
+    """Per-flow bookkeeping of sent packets (DCQCN's byte counter). Arrays (F,)."""
+    counted = dcqcn.on_send(params.cc, cc, sent, wire_bytes, start_ps)
+    return jax.tree.map(lambda a, b: jnp.where(params.cc_kind == CC_DCQCN, a, b), counted, cc)
+
+
+def timers_active(params: Params, state: State):
+    """(F,) flows whose timers run: DCQCN flows that started and have not finished."""
+    flows = state.flows
+    return (
+        (params.cc_kind == CC_DCQCN)
+        & params.flows.flow_valid
+        & (flows.flow_begin_ps != NEVER)
+        & (flows.flow_finish_ps == NEVER)
+    )
+
+
+def next_timer_ps(params: Params, state: State):
+    """() the next timer event of the experiment (NEVER if none): an event for the clock."""
+    t, _ = dcqcn.next_timer(state.cc)
+    return jnp.min(jnp.where(timers_active(params, state), t, NEVER))
+
+
+def _ack_event(params: Params, state: State, slot, acked_packets, line_rate):
+    pkts = state.packets
+    int_port = pkts.pkt_int_port[slot]
+    return AckEvent(
+        time_ps=pkts.pkt_time_ps[slot],
+        ece=pkts.pkt_ecn[slot],
+        cnp=pkts.pkt_cnp[slot],
+        acked_packets=acked_packets,
+        sent_packets=state.flows.flow_sent_packets,
+        data_sent_ps=pkts.pkt_sent_ps[slot],
+        line_rate_bps=line_rate,
+        mss_bytes=params.payload_bytes.astype(jnp.float64),
+        int_port=int_port,
+        int_ts_ps=pkts.pkt_int_ts_ps[slot],
+        int_tx_bytes=pkts.pkt_int_tx_bytes[slot],
+        int_qlen_bytes=pkts.pkt_int_qlen_bytes[slot],
+        int_rate_bps=params.links.link_rate_bps[jnp.maximum(int_port, 0)].astype(jnp.float64),
+    )
+
+
+def _on_ack(params: Params, cc: CcState, ev: AckEvent) -> CcState:
+    cp = params.cc
+    rules = (
+        lambda: cc,
+        lambda: dcqcn.on_ack(cp, cc, ev),
+        lambda: dctcp.on_ack(cp, cc, ev),
+        lambda: hpcc.on_ack(cp, cc, ev),
+        lambda: timely.on_ack(cp, cc, ev),
+    )
+    return jax.lax.switch(params.cc_kind, rules)
+
+
+def _retime(state: State, old_rate, new_rate, event_ps, wire_bytes):
+    """Move each flow's next send time for a rate change at ``event_ps`` (ns-3 ChangeRate):
+    by the difference of the gaps, never before the event; a send already due stays."""
+    flows = state.flows
+    moved = flows.flow_next_send_ps + pacing_gap_ps(new_rate, wire_bytes) - pacing_gap_ps(old_rate, wire_bytes)
+    change = (new_rate != old_rate) & (flows.flow_next_send_ps > event_ps) & (flows.flow_last_send_ps >= 0)
+    return jnp.where(change, jnp.maximum(moved, event_ps), flows.flow_next_send_ps)
+
+
+def congestion_control(params: Params, state: State, window_end_ps) -> State:
+    with jax.named_scope("cc"):
+        pkts, flows, fp = state.packets, state.flows, params.flows
+        n_flows, n_slots = fp.flow_src.shape[0], pkts.pkt_valid.shape[0]
+        window_start_ps = window_end_ps - params.window_ps
+        node = params.links.link_dst_node[pkts.pkt_port]
+        acks_here = (
+            pkts.pkt_valid
+            & pkts.pkt_in_flight
+            & pkts.pkt_is_ack
+            & (pkts.pkt_time_ps < window_end_ps)
+            & params.nodes.node_is_host[node]
+            & (params.cc_kind != CC_NONE)
+        )
+        line_rate = line_rate_bps(params)
+        full_wire = (params.payload_bytes + params.header_bytes).astype(jnp.float64)
+        timers_on = timers_active(params, state)
+
+        # The window gate starts from the allowance at the window start.
+        entry = jnp.arange(GATE_ENTRIES)
+        allow0 = allowance_bytes(params, state.cc, flows.flow_acked_packets)
+        cc = state.cc.replace(
+            gate_allow_bytes=jnp.where(entry == 0, allow0[:, None], NO_LIMIT),
+            gate_ps=jnp.where(entry == 0, jnp.int64(0), NEVER) + jnp.zeros((n_flows, 1), jnp.int64),
+        )
+
+        def next_events(carry):
+            pending, cc, _, _, _ = carry
+            t_ack, slot = fifo_head(pending, pkts.pkt_time_ps, pkts.pkt_flow, n_flows, window_start_ps)
+            t_timer, which = dcqcn.next_timer(cc)
+            t_timer = jnp.where(timers_on, t_timer, NEVER)
+            return t_ack, jnp.minimum(slot, n_slots - 1), t_timer, which
+
+        def any_event(carry):
+            t_ack, _, t_timer, _ = next_events(carry)
+            return jnp.any(jnp.minimum(t_ack, t_timer) < window_end_ps)
+
+        def one_event(carry):
+            pending, cc, acked, n_acks, next_send = carry
+            t_ack, slot, t_timer, which = next_events(carry)
+            t_event = jnp.minimum(t_ack, t_timer)
+            active = t_event < window_end_ps
+            is_ack = active & (t_ack <= t_timer)  # an ACK and a timer at the same time: ACK first
+            is_timer = active & ~is_ack
+            acked = acked + is_ack
+            ev = _ack_event(params, state, slot, acked, line_rate)
+            after_ack = _on_ack(params, cc, ev)
+            after_timer = dcqcn.on_timer(params.cc, cc, t_timer, which, line_rate)
+            new = jax.tree.map(
+                lambda a, t, old: jnp.where(_lead(is_ack, old), a, jnp.where(_lead(is_timer, old), t, old)),
+                after_ack,
+                after_timer,
+                cc,
+            )
+            flows_now = state.flows.replace(flow_next_send_ps=next_send)
+            next_send = _retime(state.replace(flows=flows_now), cc.rate_bps, new.rate_bps, t_event, full_wire)
+            # Window gate: from this ACK on, the flow may have sent acked + window bytes.
+            n_acks = n_acks + is_ack
+            at = jnp.minimum(n_acks, GATE_ENTRIES - 1)[:, None] == entry
+            record = (is_ack & window_based(params))[:, None] & at
+            new = new.replace(
+                gate_allow_bytes=jnp.where(record, allowance_bytes(params, new, acked)[:, None], new.gate_allow_bytes),
+                gate_ps=jnp.where(record, t_ack[:, None], new.gate_ps),
+            )
+            pending = pending.at[jnp.where(is_ack, slot, n_slots)].set(False, mode="drop")
+            return pending, new, acked, n_acks, next_send
+
+        init = (acks_here, cc, flows.flow_acked_packets, jnp.zeros(n_flows, jnp.int32), flows.flow_next_send_ps)
+        _, cc, _, _, next_send = jax.lax.while_loop(any_event, one_event, init)
+        # A later cut binds earlier entries too (never send more than a later state allows).
+        allow = jnp.flip(jax.lax.cummin(jnp.flip(cc.gate_allow_bytes, -1), axis=cc.gate_allow_bytes.ndim - 1), -1)
+        cc = cc.replace(gate_allow_bytes=allow)
+        return state.replace(cc=cc, flows=flows.replace(flow_next_send_ps=next_send))
+
+
+def _lead(mask, like):
+    """``mask`` (F,) broadcast against an (F, ...) array."""
+    return mask.reshape(mask.shape + (1,) * (like.ndim - 1))

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, NEVER, Params, State
-from multiverse_jax.systems import nic_send
+from multiverse_jax.systems import cc, nic_send
 
 
 def clock(params: Params, state: State, window_end_ps) -> State:
@@ -19,8 +19,9 @@ def clock(params: Params, state: State, window_end_ps) -> State:
         pkts = state.packets
         next_arrival = jnp.min(jnp.where(pkts.pkt_valid & pkts.pkt_in_flight, pkts.pkt_time_ps, NEVER))
         anything_queued = jnp.any(pkts.pkt_valid & ~pkts.pkt_in_flight)
-        next_send = jnp.min(jnp.where(nic_send.sendable(params, state), nic_send.ready_ps(state), NEVER))
+        next_send = jnp.min(jnp.where(nic_send.sendable(params, state), nic_send.ready_ps(params, state), NEVER))
         next_event = jnp.minimum(jnp.minimum(next_arrival, next_send), jnp.where(anything_queued, window_end_ps, NEVER))
+        next_event = jnp.minimum(next_event, cc.next_timer_ps(params, state))
         stalled = ~state.done & (next_event == NEVER)
         stopped = state.done | stalled | (state.error != 0)  # a failed experiment stops where it failed
         next_time = jnp.where(stopped, state.time_ps, jnp.maximum(window_end_ps, next_event))

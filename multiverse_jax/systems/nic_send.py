@@ -33,21 +33,22 @@ class NicOffer:
 
 
 def sendable(params: Params, state: State):
-    """(F,) bool: started, packets left, and congestion control allows it."""
+    """(F,) bool: started, packets left, and congestion control's window opens in this window."""
     fp, fs = params.flows, state.flows
     started = fp.flow_valid & (fs.flow_begin_ps != NEVER)
-    return started & (fs.flow_sent_packets < fp.flow_n_packets) & cc.may_send(params, fs)
+    return started & (fs.flow_sent_packets < fp.flow_n_packets) & (cc.gate_ps(params, state) != NEVER)
 
 
-def ready_ps(state: State):
-    """(F,) int64 when each flow may start its next packet."""
-    return jnp.maximum(state.flows.flow_begin_ps, state.flows.flow_next_send_ps)
+def ready_ps(params: Params, state: State):
+    """(F,) int64 when each flow may start its next packet: started, paced, window open."""
+    fs = state.flows
+    return jnp.maximum(jnp.maximum(fs.flow_begin_ps, fs.flow_next_send_ps), cc.gate_ps(params, state))
 
 
 def offer(params: Params, state: State, now_ps) -> NicOffer:
     fp, fs = params.flows, state.flows
     n_hosts, n_flows = params.nics.nic_port.shape[0], fp.flow_src.shape[0]
-    ready, flow = fifo_head(sendable(params, state), ready_ps(state), fp.flow_src, n_hosts, now_ps)
+    ready, flow = fifo_head(sendable(params, state), ready_ps(params, state), fp.flow_src, n_hosts, now_ps)
     flow = jnp.minimum(flow, n_flows - 1)
     seq = fs.flow_sent_packets[flow]
     n_packets = fp.flow_n_packets[flow]
@@ -99,16 +100,22 @@ def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, seriali
         pkt_ingress=put(pkts.pkt_ingress, -1),
         pkt_hop=put(pkts.pkt_hop, 0),
         pkt_path_salt=put(pkts.pkt_path_salt, path_salt),
+        pkt_ecn=put(pkts.pkt_ecn, False),
+        pkt_cnp=put(pkts.pkt_cnp, False),
+        pkt_sent_ps=put(pkts.pkt_sent_ps, start_ps),
+        pkt_int_port=pkts.pkt_int_port.at[target].set(-1, mode="drop"),
     )
     # Each flow reads whether its host's NIC sent one of its packets (a gather, no scatter).
     src = fp.flow_src
     flow_sent = sent[src] & (offer_.flow[src] == jnp.arange(src.shape[0]))
+    flow_start_ps, flow_wire = start_ps[src], offer_.wire_bytes[src].astype(jnp.int64)
+    next_send = cc.next_send_ps(params, state.cc, jnp.arange(src.shape[0]), flow_start_ps, serialization_ps[src], flow_wire)
     flows = fs.replace(
         flow_sent_packets=fs.flow_sent_packets + flow_sent,
-        flow_next_send_ps=jnp.where(
-            flow_sent, cc.next_send_ps(params, start_ps[src], serialization_ps[src]), fs.flow_next_send_ps
-        ),
+        flow_next_send_ps=jnp.where(flow_sent, next_send, fs.flow_next_send_ps),
         flow_last_send_ps=jnp.where(flow_sent, start_ps[src], fs.flow_last_send_ps),
         flow_flowlet=jnp.where(flow_sent, flowlet[src].astype(jnp.uint32), fs.flow_flowlet),
     )
-    return state.replace(packets=packets, flows=flows)
+    return state.replace(
+        packets=packets, flows=flows, cc=cc.on_send(params, state.cc, flow_sent, flow_wire, flow_start_ps)
+    )

@@ -1,6 +1,12 @@
 """Receive: data packets reaching their destination host are delivered, and each turns
 into its ACK (a real ``ack_bytes`` packet, control class) queued at the receiver's NIC at
-the data packet's arrival time."""
+the data packet's arrival time.
+
+The ACK echoes the data packet's ECN mark and in-band telemetry (same slot). DCQCN's
+notification point: the earliest ECN-marked arrival of a flow in the window makes its
+ACK carry a CNP if the flow's last CNP is at least ``dcqcn.cnp_interval`` old (so at most
+one CNP per flow per interval, and per window).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
-from multiverse_jax.systems.common import count_by, latest_by
+from multiverse_jax.systems.common import count_by, fifo_head, latest_by
 
 
 def receive(params: Params, state: State, window_end_ps) -> State:
@@ -32,6 +38,11 @@ def receive(params: Params, state: State, window_end_ps) -> State:
         completes = (rx_packets == params.flows.flow_n_packets) & (flows.flow_rx_packets < rx_packets)
         last_arrival = latest_by(delivered, pkts.pkt_flow, n_flows, pkts.pkt_time_ps)
         receiver_nic = params.nics.nic_port[jnp.minimum(node, n_hosts - 1)]
+        window_start_ps = window_end_ps - params.window_ps
+        n_slots = pkts.pkt_valid.shape[0]
+        marked_ps, marked_slot = fifo_head(delivered & pkts.pkt_ecn, pkts.pkt_time_ps, pkts.pkt_flow, n_flows, window_start_ps)
+        cc = state.cc
+        cnp_due = (marked_slot < n_slots) & (marked_ps - cc.last_cnp_ps >= params.cc.dcqcn_cnp_interval_ps)
         packets = pkts.replace(
             pkt_is_ack=pkts.pkt_is_ack | delivered,
             pkt_bytes=jnp.where(delivered, params.ack_bytes, pkts.pkt_bytes),
@@ -39,10 +50,12 @@ def receive(params: Params, state: State, window_end_ps) -> State:
             pkt_in_flight=pkts.pkt_in_flight & ~delivered,
             pkt_ingress=jnp.where(delivered, -1, pkts.pkt_ingress),
             pkt_hop=jnp.where(delivered, 0, pkts.pkt_hop),
+            pkt_cnp=pkts.pkt_cnp.at[jnp.where(cnp_due, marked_slot, n_slots)].set(True, mode="drop"),
         )
         flows = flows.replace(
             flow_rx_packets=rx_packets,
             flow_rx_bytes=rx_bytes,
             flow_rx_finish_ps=jnp.where(completes, last_arrival, flows.flow_rx_finish_ps),
         )
-        return state.replace(packets=packets, flows=flows)
+        cc = cc.replace(last_cnp_ps=jnp.where(cnp_due, marked_ps, cc.last_cnp_ps))
+        return state.replace(packets=packets, flows=flows, cc=cc)

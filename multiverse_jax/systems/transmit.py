@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
-from multiverse_jax.systems import nic_send, pfc
+from multiverse_jax.systems import marking, nic_send, pfc
 from multiverse_jax.systems.common import count_by, fifo_head, serialization_ps
 
 
@@ -67,15 +67,30 @@ def _serve_once(params: Params, state: State, window_end_ps):
     # other port touches (a port only ever starts a packet queued at it), so the scatter
     # has no conflicts. Ports that start nothing, or create a new packet, write nowhere.
     leaving = jnp.where(sends & ~creates, slot, n_slots)
-    state = state.replace(
-        packets=pkts.replace(
+    tx_bytes = ports.port_tx_bytes + jnp.where(sends, wire_bytes, 0)
+    # A data packet leaving a switch is ECN-marked (RED on the queue it leaves behind) and
+    # records its in-band telemetry for this hop.
+    at_switch = sends & ~use_ctrl & ~is_nic
+    left_behind = queue_bytes - wire_bytes
+    marked = at_switch & marking.ecn_mark(params, left_behind, pkts, slot)
+    packets = marking.record_telemetry(
+        pkts.replace(
             pkt_in_flight=pkts.pkt_in_flight.at[leaving].set(True, mode="drop"),
             pkt_time_ps=pkts.pkt_time_ps.at[leaving].set(arrival_ps, mode="drop"),
+            pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked, slot, n_slots)].set(True, mode="drop"),
         ),
+        at_switch,
+        slot,
+        start,
+        tx_bytes,
+        left_behind,
+    )
+    state = state.replace(
+        packets=packets,
         ports=ports.replace(
             port_free_ps=jnp.where(sends, start + ser_ps, ports.port_free_ps),
             port_max_queue_bytes=jnp.where(sends, jnp.maximum(ports.port_max_queue_bytes, queue_bytes), ports.port_max_queue_bytes),
-            port_tx_bytes=ports.port_tx_bytes + jnp.where(sends, wire_bytes, 0),
+            port_tx_bytes=tx_bytes,
         ),
         error=state.error
         | jnp.where(jnp.any(pool_full), ERROR_POOL_FULL, 0)

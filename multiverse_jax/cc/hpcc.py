@@ -1,0 +1,87 @@
+"""HPCC (Li et al., SIGCOMM 2019), Algorithm 1: window from in-band telemetry.
+
+Every data packet collects, at each switch egress port it leaves, (queue length, bytes
+the port has sent, timestamp, link rate); the ACK echoes them. Per ACK the sender:
+
+* MeasureInflight: per hop, txRate = delta(txBytes) / delta(ts) and
+  u' = min(qlen, qlen_prev) / (B T) + txRate / B; the most utilised hop gives u and its
+  delta(ts) gives tau (at most T); U = (1 - tau/T) U + tau/T u;
+* ComputeWind: if U >= eta or incStage >= maxStage: W = W_c / (U / eta) + W_AI, else
+  W = W_c + W_AI; W_c and incStage are updated (incStage reset after a multiplicative
+  step, else + 1) only once per RTT: when the ACK passes the sequence that was next to
+  send at the last reference update (lastUpdateSeq); other ACKs react fast from the same W_c;
+* window W (at least the minimum rate times T, at most line rate times T), pacing rate R = W / T;
+* remembers this ACK's telemetry for the next one.
+
+Hops whose port differs from the remembered one (another path) or whose time did not
+advance are skipped; the first ACK only records telemetry.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from multiverse_jax.cc.events import AckEvent
+from multiverse_jax.components.cc import CcParams, CcState
+
+PS_PER_S = 1e12
+
+
+def hop_utilisation(ev: AckEvent, st: CcState, base_rtt_s):
+    """(F, Hi) u' of every hop (-1 where the hop has no usable sample) and (F, Hi) tau in ps."""
+    dt_ps = ev.int_ts_ps - st.int_ts_ps
+    usable = (ev.int_port >= 0) & (ev.int_port == st.int_port) & (dt_ps > 0)
+    dt_s = jnp.maximum(dt_ps, 1) / PS_PER_S
+    tx_rate_bps = (ev.int_tx_bytes - st.int_tx_bytes) * 8.0 / dt_s
+    rate = jnp.maximum(ev.int_rate_bps, 1.0)
+    qlen = jnp.minimum(ev.int_qlen_bytes, st.int_qlen_bytes) * 8.0
+    u = qlen / (rate * base_rtt_s) + tx_rate_bps / rate
+    return jnp.where(usable, u, -1.0), dt_ps
+
+
+def measure_inflight(ev: AckEvent, st: CcState, base_rtt_ps):
+    """(F,) the new U and (F,) whether any hop gave a sample."""
+    u_hop, dt_ps = hop_utilisation(ev, st, base_rtt_ps / PS_PER_S)
+    best = jnp.argmax(u_hop, axis=-1)
+    u = jnp.take_along_axis(u_hop, best[:, None], axis=-1)[:, 0]
+    tau = jnp.minimum(jnp.take_along_axis(dt_ps, best[:, None], axis=-1)[:, 0], base_rtt_ps)
+    weight = tau / base_rtt_ps
+    sampled = u >= 0.0
+    return jnp.where(sampled, (1.0 - weight) * st.hpcc_u + weight * u, st.hpcc_u), sampled
+
+
+def compute_window(u, wc_bytes, stage, cp: CcParams):
+    """(W, multiplicative) from ComputeWind."""
+    multiplicative = (u >= cp.hpcc_eta) | (stage >= cp.hpcc_max_stage)
+    w = jnp.where(multiplicative, wc_bytes / jnp.maximum(u / cp.hpcc_eta, 1e-9), wc_bytes) + cp.hpcc_w_ai_bytes
+    return w, multiplicative
+
+
+def window_bounds(cp: CcParams, line_rate_bps, min_rate_bps):
+    """(lowest, highest) window: the minimum rate and the line rate, times T."""
+    base_rtt_s = cp.hpcc_base_rtt_ps / PS_PER_S
+    return min_rate_bps * base_rtt_s / 8.0, line_rate_bps * base_rtt_s / 8.0
+
+
+def on_ack(cp: CcParams, st: CcState, ev: AckEvent) -> CcState:
+    u, sampled = measure_inflight(ev, st, cp.hpcc_base_rtt_ps)
+    update = st.started & sampled
+    update_reference = ev.acked_packets > st.last_update_seq
+    w, multiplicative = compute_window(u, st.hpcc_wc_bytes, st.stage, cp)
+    lowest, highest = window_bounds(cp, ev.line_rate_bps, cp.hpcc_min_rate_bps)
+    w = jnp.clip(w, lowest, highest)
+    window = jnp.where(update, w, st.window_bytes)
+    set_reference = update & update_reference
+    return st.replace(
+        hpcc_u=jnp.where(st.started, u, st.hpcc_u),
+        window_bytes=window,
+        rate_bps=window * 8.0 / (cp.hpcc_base_rtt_ps / PS_PER_S),
+        hpcc_wc_bytes=jnp.where(set_reference, w, st.hpcc_wc_bytes),
+        stage=jnp.where(set_reference, jnp.where(multiplicative, 0, st.stage + 1), st.stage),
+        last_update_seq=jnp.where(update_reference | ~st.started, ev.sent_packets, st.last_update_seq),
+        started=jnp.ones_like(st.started),
+        int_port=ev.int_port,
+        int_ts_ps=ev.int_ts_ps,
+        int_tx_bytes=ev.int_tx_bytes,
+        int_qlen_bytes=ev.int_qlen_bytes,
+    )
