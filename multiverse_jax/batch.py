@@ -48,6 +48,7 @@ NEVER = np.iinfo(np.int64).max
 UNLIMITED_BYTES = 1 << 62  # NIC egress queues hold only ACKs and are never the bottleneck
 CC_KINDS = {"none": CC_NONE, "dcqcn": CC_DCQCN, "dctcp": CC_DCTCP, "hpcc": CC_HPCC, "timely": CC_TIMELY}
 LB_KINDS = {"ecmp": LB_ECMP, "spray": LB_SPRAY, "flowlet": LB_FLOWLET}
+MAX_PRIORITIES = 8  # data classes per port, as 802.1p's eight traffic classes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +97,7 @@ class Experiment:
                 f"switch.pfc_xoff_bytes ({self.pfc_xoff_bytes}) must not exceed switch.buffer_bytes ({self.buffer_bytes})"
             )
         if self.cc not in CC_KINDS:
-            raise InputError(f"cc must be one of {sorted(CC_KINDS)}, got {self.cc!r}")
+            raise InputError(f"cc must be one of {', '.join(CC_KINDS)}, got {self.cc!r}")
         self.dcqcn.check()
         self.dctcp.check()
         self.hpcc.check()
@@ -108,6 +109,14 @@ class Experiment:
             raise InputError(f"switch.flowlet_gap_us must be > 0, got {self.flowlet_gap_us!r}")
         if not self.max_time_us > 0:
             raise InputError(f"sim.max_time_us must be > 0, got {self.max_time_us!r}")
+        if len(self.flows) and (self.flows.prio.min() < 0 or self.flows.prio.max() >= MAX_PRIORITIES):
+            bad = int(np.flatnonzero((self.flows.prio < 0) | (self.flows.prio >= MAX_PRIORITIES))[0])
+            raise InputError(
+                f"flow {int(self.flows.flow_id[bad])}: priority {int(self.flows.prio[bad])} is out of range "
+                f"(valid: 0 = highest .. {MAX_PRIORITIES - 1})",
+                source=self.flows.source,
+                line=int(self.flows.line[bad]) if self.flows.line is not None else None,
+            )
         if len(self.flows) == 0:
             raise InputError("the workload has no flows", source=self.flows.source)
         table = self.ecmp if self.ecmp is not None else ecmp_table(self.topology)
@@ -168,6 +177,7 @@ def _static_of(experiments, derived, slots_per_host: int) -> Static:
         n_activators=max(1, biggest(lambda e, d: d.triggers[0].shape[1])),
         route_width=biggest(lambda e, d: d.ecmp.width),
         pinned_len=max(1, biggest(lambda e, t: (e.routes.max_links if e.routes is not None else 1))),
+        n_data_classes=1 + biggest(lambda e, t: int(e.flows.prio.max())),
         slots_per_host=slots_per_host,
         pfc_history=history,
         int_hops=max(1, biggest(switch_hops)),
@@ -304,6 +314,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
     ports = PortParams(
         port_buffer_bytes=_pad(np.where(port_host >= 0, UNLIMITED_BYTES, exp.buffer_bytes).astype(np.int64), (s.n_ports,), UNLIMITED_BYTES),
         port_host=_pad(port_host, (s.n_ports,), -1),
+        port_data_classes=np.arange(s.n_data_classes, dtype=np.int32),
     )
     nodes = NodeParams(
         node_is_host=_pad(np.arange(topo.n_nodes) < topo.n_hosts, (s.n_nodes,), False),
@@ -325,6 +336,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         flow_n_packets=_pad(n_packets.astype(np.int32), (s.n_flows,), 0),
         flow_start_ps=_pad(start_ps, (s.n_flows,), NEVER),
         flow_hash=_pad(flow_hash(exp.seed, n_flows), (s.n_flows,), 0),
+        flow_priority=_pad(flows.prio.astype(np.int32), (s.n_flows,), 0),
         flow_trigger=_pad(flows.trigger.astype(np.int32), (s.n_flows,), -1),
         flow_trigger_rank=_pad(rank.astype(np.int32), (s.n_flows,), 0),
         flow_pinned_data=_pad(routes.data_ports.astype(np.int32), (s.n_flows, s.pinned_len), -1),

@@ -15,6 +15,12 @@ Workloads (``workload.kind``):
 ``workload.routes`` (optional, any kind) pins paths from a CSV (see ``workload/routes.py``).
 Relative paths are resolved against the directory the program was started in (Hydra may
 change the working directory; ``hydra.utils.to_absolute_path`` undoes that).
+
+Congestion control: ``cc`` is one of ``none``, ``dcqcn``, ``dctcp``, ``hpcc``, ``timely``;
+the parameter groups ``dcqcn.*``, ``dctcp.*``, ``hpcc.*`` and ``timely.*`` hold the fields
+of the dataclasses of the same names in ``cc/config.py`` (key for key), and the RED/ECN
+marking of the switches is ``switch.ecn_kmin_bytes``, ``switch.ecn_kmax_bytes`` and
+``switch.ecn_pmax`` (``EcnConfig``). Every group is checked whichever ``cc`` is chosen.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from multiverse_jax.engine import BATCHING_MODES
-from multiverse_jax.batch import Experiment
+from multiverse_jax.batch import CC_KINDS, Experiment
+from multiverse_jax.cc.config import DcqcnConfig, DctcpConfig, EcnConfig, HpccConfig, TimelyConfig
 from multiverse_jax.errors import InputError
 from multiverse_jax.topology import KINDS as TOPOLOGY_KINDS, build_topology
 from multiverse_jax.topology.graph import PS_PER_US, Topology
@@ -41,6 +48,15 @@ from multiverse_jax.workload.routes import load_routes
 
 CONFIG_PATH = Path(__file__).parent / "conf" / "config.yaml"
 WORKLOAD_KINDS = ("permutation", "incast", "cm")
+# Config group (and key prefix inside it) of each congestion-control dataclass: key
+# ``{group}.{prefix}{field}`` holds ``field``.
+CC_GROUPS = (
+    ("dcqcn", "", DcqcnConfig),
+    ("dctcp", "", DctcpConfig),
+    ("hpcc", "", HpccConfig),
+    ("timely", "", TimelyConfig),
+    ("switch", "ecn_", EcnConfig),
+)
 
 
 @functools.cache
@@ -108,6 +124,30 @@ def _choice(c: dict, key: str, valid) -> str:
     return value
 
 
+def _params(c: dict, group: str, prefix: str, cls):
+    """The ``cls`` dataclass built from keys ``group.{prefix}{field}``, checked.
+
+    Numbers (NumPy scalars too) reach ``cls.check`` as plain ``int`` or ``float``, anything
+    else (strings, booleans, lists) unchanged, so every bad value raises an InputError that
+    names the key and quotes the value. Once valid, integer fields hold ``int`` (2e6 ->
+    2000000) and the others ``float``.
+    """
+
+    def plain(value):
+        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+            return int(value) if isinstance(value, numbers.Integral) else float(value)
+        return value
+
+    fields = dataclasses.fields(cls)
+    given = {f.name: plain(c[group][prefix + f.name]) for f in fields}
+    cls(**given).check(group)
+    for field in fields:
+        value = given[field.name]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            given[field.name] = int(value) if field.type in ("int", int) else float(value)
+    return cls(**given)
+
+
 def _path(c: dict, key: str) -> str | None:
     """The file named at ``key`` (absolute, relative to the original working directory), or None."""
     value = _get(c, key)
@@ -163,6 +203,8 @@ def _workload(c: dict, topology: Topology) -> FlowSet:
 def experiment_from_config(cfg) -> Experiment:
     """The validated experiment that ``cfg`` describes (its ECMP table already built)."""
     c = resolve_config(cfg)
+    cc = _choice(c, "cc", tuple(CC_KINDS))
+    dcqcn, dctcp, hpcc, timely, ecn = (_params(c, group, prefix, cls) for group, prefix, cls in CC_GROUPS)
     topo_cfg = c["topology"]
     topology = build_topology(
         _choice(c, "topology.kind", TOPOLOGY_KINDS),
@@ -190,7 +232,12 @@ def experiment_from_config(cfg) -> Experiment:
         buffer_bytes=_integer(c, "switch.buffer_bytes"),
         pfc_xoff_bytes=_integer(c, "switch.pfc_xoff_bytes"),
         pfc_xon_bytes=_integer(c, "switch.pfc_xon_bytes"),
-        cc=c["cc"],
+        cc=cc,
+        dcqcn=dcqcn,
+        dctcp=dctcp,
+        hpcc=hpcc,
+        timely=timely,
+        ecn=ecn,
         lb=c["lb"],
         flowlet_gap_us=_number(c, "switch.flowlet_gap_us", positive=True),
         seed=_integer(c, "sim.seed", 0),

@@ -1,4 +1,5 @@
-"""Ports: the egress queues of switches and NICs (two classes: control first, then data).
+"""Ports: the egress queues of switches and NICs (1 + C strict-priority classes: control first, then
+data by flow priority).
 
 A port's queue is not a separate buffer: the packets queued at port p are the pool
 packets with ``pkt_port == p`` that are not in flight (see ``packets.py``).
@@ -14,6 +15,7 @@ from flax import struct
 class PortParams:
     port_buffer_bytes: chex.Array  # (P,) int64 egress buffer; exceeding it is an error, never a drop
     port_host: chex.Array  # (P,) int32 host whose NIC this port is, or -1 for a switch port
+    port_data_classes: chex.Array  # (C,) int32 0..C-1: the strict-priority data classes (its length is C)
 
 
 @struct.dataclass

@@ -23,13 +23,14 @@ from multiverse_jax.systems.common import fifo_head
 
 @dataclasses.dataclass(frozen=True)
 class NicOffer:
-    """What each host's NIC could send next. All arrays (H,)."""
+    """What each host's NIC could send next, per data class: arrays (H, C), or (H,) for
+    one class per host (``of_class``)."""
 
     ready_ps: jnp.ndarray  # int64 earliest start of the offered packet (NEVER: nothing to send)
     flow: jnp.ndarray  # int32 flow of the offered packet
     wire_bytes: jnp.ndarray  # int32 its wire size
-    slot: jnp.ndarray  # int32 free pool slot it would take
-    has_slot: jnp.ndarray  # bool the host has a free slot
+    slot: jnp.ndarray  # (H,) int32 free pool slot it would take
+    has_slot: jnp.ndarray  # (H,) bool the host has a free slot
 
 
 def sendable(params: Params, state: State):
@@ -45,11 +46,13 @@ def ready_ps(params: Params, state: State):
     return jnp.maximum(jnp.maximum(fs.flow_begin_ps, fs.flow_next_send_ps), cc.gate_ps(params, state))
 
 
-def offer(params: Params, state: State, now_ps) -> NicOffer:
+def offer(params: Params, state: State, now_ps, n_classes: int) -> NicOffer:
+    """Per host and data class, the packet of the flow that has been ready the longest."""
     fp, fs = params.flows, state.flows
     n_hosts, n_flows = params.nics.nic_port.shape[0], fp.flow_src.shape[0]
-    ready, flow = fifo_head(sendable(params, state), ready_ps(params, state), fp.flow_src, n_hosts, now_ps)
-    flow = jnp.minimum(flow, n_flows - 1)
+    queue = fp.flow_src * n_classes + fp.flow_priority
+    ready, flow = fifo_head(sendable(params, state), ready_ps(params, state), queue, n_hosts * n_classes, now_ps)
+    ready, flow = ready.reshape(n_hosts, n_classes), jnp.minimum(flow, n_flows - 1).reshape(n_hosts, n_classes)
     seq = fs.flow_sent_packets[flow]
     n_packets = fp.flow_n_packets[flow]
     last_payload = fp.flow_size_bytes[flow] - (n_packets - 1).astype(jnp.int64) * params.payload_bytes
@@ -64,6 +67,15 @@ def offer(params: Params, state: State, now_ps) -> NicOffer:
         slot=slot,
         has_slot=jnp.any(free, axis=1),
     )
+
+
+def of_class(offer_: NicOffer, data_class) -> NicOffer:
+    """Each host's offer for one data class, ``data_class`` (H,)."""
+
+    def pick(a):
+        return jnp.take_along_axis(a, data_class[:, None], axis=1)[:, 0]
+
+    return dataclasses.replace(offer_, ready_ps=pick(offer_.ready_ps), flow=pick(offer_.flow), wire_bytes=pick(offer_.wire_bytes))
 
 
 def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, serialization_ps, arrival_ps) -> State:

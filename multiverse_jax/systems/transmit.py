@@ -1,9 +1,10 @@
 """Transmit: every egress port serialises packets at line rate through the window.
 
-A port is a non-preemptive strict-priority server with two classes: when it falls free,
-it starts the earliest-queued control packet (ACK) if one has arrived, else the
-earliest-queued data packet (at a NIC: the packet its NIC offers), unless PFC pauses data.
-If neither has arrived, it starts whichever arrives first. Start times are exact:
+A port is a non-preemptive strict-priority server with 1 + C classes: control (ACKs)
+first, then the data classes by flow priority (0 highest). When it falls free, it starts
+the earliest-queued packet of the highest class that has one waiting (at a NIC: the
+packet its NIC offers for that class); PFC pauses every data class. If none has arrived,
+it starts whichever arrives first. Start times are exact:
 start = max(port free, packet arrival, PFC release); the last bit reaches the far end
 ``serialisation + link delay`` later, which is past the window because every link delay
 is at least the window. Each round, all ports of all experiments start at most one
@@ -25,33 +26,45 @@ def _serve_once(params: Params, state: State, window_end_ps):
     n_ports, n_slots = params.links.link_delay_ps.shape[0], pkts.pkt_valid.shape[0]
     window_start_ps = window_end_ps - params.window_ps
     queued = pkts.pkt_valid & ~pkts.pkt_in_flight
-    # Heads of both class queues of every port in one pass: queue 2p is port p's control
-    # class, 2p + 1 its data class.
-    queue = 2 * pkts.pkt_port + (~pkts.pkt_is_ack).astype(jnp.int32)
-    head_ps, head_slot = fifo_head(queued, pkts.pkt_time_ps, queue, 2 * n_ports, window_start_ps)
-    ctrl_ps, data_ps = head_ps[0::2], head_ps[1::2]
-    ctrl_slot, data_slot = head_slot[0::2], head_slot[1::2]
+    # Heads of every class queue of every port in one pass: queue (1 + C) p + k is port
+    # p's class k: 0 control, 1 + priority for data.
+    n_data_classes = params.ports.port_data_classes.shape[0]
+    n_classes = 1 + n_data_classes
+    klass = jnp.where(pkts.pkt_is_ack, 0, 1 + params.flows.flow_priority[pkts.pkt_flow])
+    queue = n_classes * pkts.pkt_port + klass
+    head_ps, head_slot = fifo_head(queued, pkts.pkt_time_ps, queue, n_classes * n_ports, window_start_ps)
+    head_ps, head_slot = head_ps.reshape(n_ports, n_classes), head_slot.reshape(n_ports, n_classes)
 
-    offer = nic_send.offer(params, state, window_start_ps)
+    # At a NIC, each data class is offered by the NIC's flows of that priority.
+    offer = nic_send.offer(params, state, window_start_ps, n_data_classes)  # (H, C)
     host = jnp.maximum(params.ports.port_host, 0)
     is_nic = params.ports.port_host >= 0
-    data_ps = jnp.where(is_nic, offer.ready_ps[host], data_ps)
-    data_slot = jnp.where(is_nic, offer.slot[host], data_slot)
+    data_ps = jnp.where(is_nic[:, None], offer.ready_ps[host], head_ps[:, 1:])
+    data_slot = jnp.where(is_nic[:, None], offer.slot[host][:, None], head_slot[:, 1:])
 
-    ctrl_start = jnp.maximum(ports.port_free_ps, ctrl_ps)
+    ctrl_start = jnp.maximum(ports.port_free_ps, head_ps[:, 0])
     # A data packet that could have started before the window would have started in the
     # previous one, unless PFC held it: its start is at least the window start, which
-    # is also as far back as the PFC history must reach.
-    data_start = pfc.release_ps(params, state, jnp.maximum(jnp.maximum(ports.port_free_ps, data_ps), window_start_ps))
-    use_ctrl = ctrl_start <= data_start  # ties go to the control class
-    start = jnp.where(use_ctrl, ctrl_start, data_start)
+    # is also as far back as the PFC history must reach. PFC pauses every data class.
+    data_start = [
+        pfc.release_ps(params, state, jnp.maximum(jnp.maximum(ports.port_free_ps, data_ps[:, c]), window_start_ps))
+        for c in range(n_data_classes)
+    ]
+    # Non-preemptive strict priority: the class that can start first; among classes that
+    # can start at the same time (all waiting when the port falls free), the highest.
+    class_start = jnp.stack([ctrl_start] + data_start, axis=1)  # (P, 1 + C)
+    chosen = jnp.argmin(class_start, axis=1)  # ties go to the lowest class: control, then priority 0
+    start = jnp.min(class_start, axis=1)
+    use_ctrl = chosen == 0
+    data_class = jnp.maximum(chosen - 1, 0)
     sends = start < window_end_ps
     creates = sends & ~use_ctrl & is_nic  # a NIC puts a new data packet on the wire
     pool_full = creates & ~offer.has_slot[host]
     sends, creates = sends & ~pool_full, creates & ~pool_full
 
-    slot = jnp.where(use_ctrl, ctrl_slot, data_slot)
-    wire_bytes = jnp.where(creates, offer.wire_bytes[host], pkts.pkt_bytes[jnp.minimum(slot, n_slots - 1)])
+    slot = jnp.where(use_ctrl, head_slot[:, 0], jnp.take_along_axis(data_slot, data_class[:, None], axis=1)[:, 0])
+    offer_wire = offer.wire_bytes[host, data_class]
+    wire_bytes = jnp.where(creates, offer_wire, pkts.pkt_bytes[jnp.minimum(slot, n_slots - 1)])
     ser_ps = serialization_ps(wire_bytes, params.links.link_rate_bps)
     arrival_ps = start + ser_ps + params.links.link_delay_ps
 
@@ -99,7 +112,8 @@ def _serve_once(params: Params, state: State, window_end_ps):
     )
     nic = params.nics.nic_port
     host_creates = creates[nic] & (params.ports.port_host[nic] == jnp.arange(nic.shape[0]))
-    state = nic_send.emit(params, state, offer, host_creates, start[nic], ser_ps[nic], arrival_ps[nic])
+    host_offer = nic_send.of_class(offer, data_class[nic])
+    state = nic_send.emit(params, state, host_offer, host_creates, start[nic], ser_ps[nic], arrival_ps[nic])
     return state, jnp.any(sends)
 
 

@@ -1,0 +1,204 @@
+"""Congestion-control config: conf/config.yaml <-> the cc dataclasses <-> Experiment, and errors."""
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from multiverse_jax.batch import CC_KINDS, Experiment
+from multiverse_jax.cc.config import DcqcnConfig, DctcpConfig, EcnConfig, HpccConfig, TimelyConfig
+from multiverse_jax.cli import run
+from multiverse_jax.config import CC_GROUPS, CONFIG_PATH, experiment_from_config
+from multiverse_jax.errors import InputError
+
+# (config group, key prefix inside it, dataclass, Experiment field)
+GROUPS = [
+    ("dcqcn", "", DcqcnConfig, "dcqcn"),
+    ("dctcp", "", DctcpConfig, "dctcp"),
+    ("hpcc", "", HpccConfig, "hpcc"),
+    ("timely", "", TimelyConfig, "timely"),
+    ("switch", "ecn_", EcnConfig, "ecn"),
+]
+IDS = [g[0] if g[1] == "" else f"{g[0]}.{g[1]}*" for g in GROUPS]
+
+
+def shipped() -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONFIG_PATH), resolve=False)
+
+
+def config(*overrides):
+    with initialize_config_module("multiverse_jax.conf", version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+def test_groups_table_matches_config_module():
+    assert [g[:3] for g in GROUPS] == list(CC_GROUPS)
+
+
+@pytest.mark.parametrize("group, prefix, cls, _", GROUPS, ids=IDS)
+def test_yaml_keys_map_one_to_one_to_dataclass_fields(group, prefix, cls, _):
+    keys = {k for k in shipped()[group] if k.startswith(prefix)}
+    fields = {prefix + f.name for f in dataclasses.fields(cls)}
+    assert keys - fields == set(), f"{group}: keys with no dataclass field"
+    assert fields - keys == set(), f"{group}: dataclass fields missing from config.yaml"
+
+
+@pytest.mark.parametrize("group, prefix, cls, _", GROUPS, ids=IDS)
+def test_yaml_defaults_equal_dataclass_defaults(group, prefix, cls, _):
+    section = shipped()[group]
+    for field in dataclasses.fields(cls):
+        value = section[prefix + field.name]
+        assert value == field.default, f"{group}.{prefix}{field.name}"
+        assert type(value) is type(field.default), f"{group}.{prefix}{field.name}: {value!r} vs {field.default!r}"
+
+
+def test_cc_default_and_comment():
+    assert shipped()["cc"] == Experiment.__dataclass_fields__["cc"].default == "none"
+    line = next(line for line in CONFIG_PATH.read_text().splitlines() if line.startswith("cc:"))
+    assert all(kind in line for kind in CC_KINDS)
+
+
+def test_default_experiment_has_default_cc_params():
+    exp = experiment_from_config({})
+    assert exp.cc == "none"
+    for _, _, cls, attr in GROUPS:
+        assert getattr(exp, attr) == cls()
+
+
+def test_overrides_reach_the_experiment():
+    exp = experiment_from_config(
+        {
+            "cc": "hpcc",
+            "hpcc": {"eta": 0.9, "base_rtt_us": 12.5},
+            "dcqcn": {"g": 0.5, "byte_counter_bytes": 2e6},
+            "dctcp": {"init_window_packets": 20},
+            "timely": {"t_low_us": 10, "t_high_us": 100, "hai_after": 3},
+            "switch": {"ecn_kmin_bytes": 1000, "ecn_kmax_bytes": 1000, "ecn_pmax": 1},
+        }
+    )
+    assert exp.cc == "hpcc"
+    assert exp.hpcc == HpccConfig(eta=0.9, base_rtt_us=12.5)
+    assert exp.dcqcn == DcqcnConfig(g=0.5, byte_counter_bytes=2_000_000)
+    assert type(exp.dcqcn.byte_counter_bytes) is int  # integral float -> int
+    assert exp.dctcp == DctcpConfig(init_window_packets=20.0)
+    assert exp.timely == TimelyConfig(t_low_us=10.0, t_high_us=100.0, hai_after=3)
+    assert exp.ecn == EcnConfig(kmin_bytes=1000, kmax_bytes=1000, pmax=1.0)
+    assert type(exp.ecn.pmax) is float and type(exp.timely.t_low_us) is float
+
+
+def test_numpy_scalars_accepted():
+    exp = experiment_from_config({"hpcc": {"eta": np.float32(0.5), "max_stage": np.int64(2)}})
+    assert exp.hpcc.eta == 0.5 and type(exp.hpcc.eta) is float
+    assert exp.hpcc.max_stage == 2 and type(exp.hpcc.max_stage) is int
+
+
+@pytest.mark.parametrize("cc", list(CC_KINDS))
+def test_every_cc_kind_accepted(cc):
+    assert experiment_from_config({"cc": cc}).cc == cc
+
+
+def test_hydra_overrides_reach_the_experiment():
+    cfg = config("cc=dcqcn", "dcqcn.g=0.125", "hpcc.base_rtt_us=8", "switch.ecn_kmax_bytes=100000", "timely.beta=0.5")
+    exp = experiment_from_config(cfg)
+    assert exp.cc == "dcqcn" and exp.dcqcn.g == 0.125 and exp.hpcc.base_rtt_us == 8.0
+    assert exp.ecn.kmax_bytes == 100_000 and exp.timely.beta == 0.5
+
+
+BAD = [
+    ({"switch": {"ecn_kmin_bytes": 300_000}}, r"switch\.ecn_kmin_bytes \(300000\) must not exceed switch\.ecn_kmax_b"),
+    ({"switch": {"ecn_kmin_bytes": 10, "ecn_kmax_bytes": 5}}, r"ecn_kmin_bytes \(10\).*switch\.ecn_kmax_bytes \(5\)"),
+    ({"switch": {"ecn_pmax": 1.5}}, r"switch\.ecn_pmax must be .*<= 1, got 1\.5"),
+    ({"switch": {"ecn_kmin_bytes": -1}}, r"switch\.ecn_kmin_bytes must be an integer >= 0, got -1"),
+    ({"hpcc": {"eta": 0}}, r"hpcc\.eta must be a finite number > 0 and <= 1, got 0"),
+    ({"hpcc": {"eta": 1.5}}, r"hpcc\.eta must be a finite number > 0 and <= 1, got 1\.5"),
+    ({"hpcc": {"base_rtt_us": 0}}, r"hpcc\.base_rtt_us must be a finite number > 0, got 0"),
+    ({"hpcc": {"max_stage": 2.5}}, r"hpcc\.max_stage must be an integer >= 0, got 2\.5"),
+    ({"dcqcn": {"g": -0.1}}, r"dcqcn\.g must be a finite number > 0 and <= 1, got -0\.1"),
+    ({"dcqcn": {"g": -1}}, r"dcqcn\.g must be a finite number > 0 and <= 1, got -1$"),
+    ({"dctcp": {"g": -1}}, r"dctcp\.g must be a finite number > 0 and <= 1, got -1"),
+    ({"dctcp": {"min_window_packets": 20}}, r"dctcp\.min_window_packets \(20\) must not exceed dctcp\.init_window"),
+    ({"timely": {"t_low_us": 500}}, r"timely\.t_low_us \(500\) must be below timely\.t_high_us \(500\.0\)"),
+    ({"timely": {"t_low_us": 600, "t_high_us": 100}}, r"t_low_us \(600\) must be below timely\.t_high_us \(100\)"),
+    ({"timely": {"min_rtt_us": float("inf")}}, r"timely\.min_rtt_us must be a finite number > 0, got inf"),
+    # wrong types: key-naming InputError, never a TypeError
+    ({"dcqcn": {"g": "fast"}}, r"dcqcn\.g must be a finite number .*, got 'fast'"),
+    ({"dcqcn": {"g": True}}, r"dcqcn\.g must be a finite number .*, got True"),
+    ({"dctcp": {"init_window_packets": "10"}}, r"dctcp\.init_window_packets must be a finite number > 0, got '10'"),
+    ({"dctcp": {"min_window_packets": None}}, r"dctcp\.min_window_packets must be a finite number > 0, got None"),
+    ({"hpcc": {"max_stage": False}}, r"hpcc\.max_stage must be an integer >= 0, got False"),
+    ({"hpcc": {"base_rtt_us": "auto"}}, r"hpcc\.base_rtt_us must be a finite number > 0, got 'auto'"),
+    ({"timely": {"t_low_us": "50", "t_high_us": 10}}, r"timely\.t_low_us must be a finite number > 0, got '50'"),
+    ({"timely": {"alpha": [0.5]}}, r"timely\.alpha must be a finite number .*, got \[0\.5\]"),
+    ({"switch": {"ecn_kmax_bytes": "200KB"}}, r"switch\.ecn_kmax_bytes must be an integer >= 0, got '200KB"),
+    ({"hpcc": 0.9}, r"hpcc must be a group of keys \(eta, max_stage"),
+]
+
+
+@pytest.mark.parametrize("cfg, match", BAD)
+def test_bad_values_name_their_key(cfg, match):
+    with pytest.raises(InputError, match=match):
+        experiment_from_config(cfg)
+
+
+def test_groups_are_checked_whatever_cc_is():
+    with pytest.raises(InputError, match=r"dcqcn\.g"):
+        experiment_from_config({"cc": "none", "dcqcn": {"g": -0.1}})
+
+
+@pytest.mark.parametrize("cc", ["reno", "DCQCN", "", None, 1, ["hpcc"], {"kind": "hpcc"}])
+def test_unknown_cc_lists_valid_values(cc):
+    with pytest.raises(InputError) as info:
+        experiment_from_config({"cc": cc})
+    message = str(info.value)
+    assert message.startswith("cc must be one of ")
+    assert "none, dcqcn, dctcp, hpcc, timely" in message and repr(cc) in message
+
+
+@pytest.mark.parametrize(
+    "cfg, bad, valid",
+    [
+        ({"dcqcn": {"gain": 0.1}}, "dcqcn.gain", "dcqcn.g, dcqcn.alpha_timer_us"),
+        ({"hpcc": {"target": 0.9}}, "hpcc.target", "hpcc.eta, hpcc.max_stage"),
+        ({"timely": {"t_low": 10}}, "timely.t_low", "timely.t_low_us, timely.t_high_us"),
+        ({"dctcp": {"K": 10}}, "dctcp.K", "dctcp.g, dctcp.init_window_packets, dctcp.min_window_packets"),
+        ({"switch": {"ecn_kmin": 10}}, "switch.ecn_kmin", "switch.ecn_kmin_bytes, switch.ecn_kmax_bytes"),
+        ({"ecn": {"kmin_bytes": 10}}, "ecn", "dcqcn, dctcp, hpcc, timely"),
+    ],
+)
+def test_unknown_key_in_a_group_names_it_and_lists_valid_keys(cfg, bad, valid):
+    with pytest.raises(InputError) as info:
+        experiment_from_config(cfg)
+    message = str(info.value)
+    assert f"unknown config key {bad!r}" in message and valid in message
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["switch.ecn_kmin_bytes=300000"], "switch.ecn_kmin_bytes (300000) must not exceed switch.ecn_kmax_bytes"),
+        (["hpcc.eta=1.5"], "hpcc.eta must be a finite number > 0 and <= 1, got 1.5"),
+        (["dcqcn.g=-0.1"], "dcqcn.g must be a finite number > 0 and <= 1, got -0.1"),
+        (["dctcp.g=fast"], "dctcp.g must be a finite number > 0 and <= 1, got 'fast'"),
+        (["timely.t_low_us=600"], "timely.t_low_us (600) must be below timely.t_high_us (500.0)"),
+        (["cc=reno"], "cc must be one of none, dcqcn, dctcp, hpcc, timely, got 'reno'"),
+        (["+dcqcn.gain=0.1"], "unknown config key 'dcqcn.gain' (valid keys: dcqcn.g,"),
+    ],
+)
+def test_cli_bad_values_exit_2(tmp_path, capsys, overrides, needle):
+    assert run(config(*overrides), tmp_path) == 2
+    err = capsys.readouterr().err
+    assert needle in " ".join(err.split()) and "Traceback" not in err
+    assert not (tmp_path / "fct.csv").exists()
+
+
+def test_cli_subprocess_bad_cc_param_exits_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "multiverse_jax.cli", "cc=hpcc", "hpcc.eta=0", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "hpcc.eta must be a finite number > 0 and <= 1, got 0" in proc.stderr and "Traceback" not in proc.stderr
