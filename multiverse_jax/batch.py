@@ -35,6 +35,7 @@ from multiverse_jax.components.links import LinkParams, LinkState
 from multiverse_jax.components.nodes import NicParams, NodeParams
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.components.ports import PortParams, PortState
+from multiverse_jax.components.samples import SampleState
 from multiverse_jax.components.static import Static
 from multiverse_jax.errors import InputError
 from multiverse_jax.systems.common import mix32
@@ -72,6 +73,7 @@ class Experiment:
     ecn: EcnConfig = EcnConfig()  # switch.ecn_kmin_bytes, switch.ecn_kmax_bytes, switch.ecn_pmax
     lb: str = "ecmp"  # lb: ecmp | spray | flowlet
     flowlet_gap_us: float = 50.0  # switch.flowlet_gap_us: idle time that starts a new flowlet
+    sample_interval_us: float = 0.0  # sim.sample_interval_us: time-series period (0: no time series)
     seed: int = 0  # sim.seed
     max_time_us: float = 1e6  # sim.max_time_us
     ecmp: EcmpTable | None = None  # precomputed routing of ``topology`` (built if None)
@@ -107,6 +109,8 @@ class Experiment:
             raise InputError(f"lb must be one of {list(LB_KINDS)}, got {self.lb!r}")
         if not self.flowlet_gap_us > 0:
             raise InputError(f"switch.flowlet_gap_us must be > 0, got {self.flowlet_gap_us!r}")
+        if not (isinstance(self.sample_interval_us, (int, float)) and self.sample_interval_us >= 0):
+            raise InputError(f"sim.sample_interval_us must be >= 0 (0: no time series), got {self.sample_interval_us!r}")
         if not self.max_time_us > 0:
             raise InputError(f"sim.max_time_us must be > 0, got {self.max_time_us!r}")
         if len(self.flows) and (self.flows.prio.min() < 0 or self.flows.prio.max() >= MAX_PRIORITIES):
@@ -153,7 +157,7 @@ class _Derived(NamedTuple):
     triggers: tuple[np.ndarray, np.ndarray, np.ndarray]  # trigger_tables(flows)
 
 
-def _static_of(experiments, derived, slots_per_host: int) -> Static:
+def _static_of(experiments, derived, slots_per_host: int, n_samples: int) -> Static:
     def biggest(f):
         return max(f(e, d) for e, d in zip(experiments, derived))
 
@@ -181,6 +185,7 @@ def _static_of(experiments, derived, slots_per_host: int) -> Static:
         slots_per_host=slots_per_host,
         pfc_history=history,
         int_hops=max(1, biggest(switch_hops)),
+        n_samples=n_samples if any(e.sample_interval_us > 0 for e in experiments) else 1,
     )
 
 
@@ -360,6 +365,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         cc=cc_params,
         lb_kind=np.int32(LB_KINDS[exp.lb]),
         flowlet_gap_ps=np.int64(round(exp.flowlet_gap_us * PS_PER_US)),
+        sample_interval_ps=np.int64(max(1, round(exp.sample_interval_us * PS_PER_US))),
     )
     n_slots = s.n_slots
     state = State(
@@ -407,6 +413,15 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
             flow_flowlet=np.zeros(s.n_flows, np.uint32),
         ),
         cc=_cc_state(exp, cc_params, topo.link_rate_bps[host_port[flows.src]], s),
+        samples=SampleState(
+            sample_count=np.int64(0),
+            next_sample_ps=np.int64(round(exp.sample_interval_us * PS_PER_US)) if exp.sample_interval_us > 0 else NEVER,
+            sample_time_ps=np.zeros(s.n_samples, np.int64),
+            sample_flow_rate_bps=np.zeros((s.n_samples, s.n_flows)),
+            sample_flow_window_bytes=np.zeros((s.n_samples, s.n_flows)),
+            sample_flow_rx_bytes=np.zeros((s.n_samples, s.n_flows), np.int64),
+            sample_port_queue_bytes=np.zeros((s.n_samples, s.n_ports), np.int64),
+        ),
         done=np.bool_(False),
         error=np.int32(0),
         n_windows=np.int64(0),
@@ -415,11 +430,15 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
     return params, state
 
 
-def build_batch(experiments, *, slots_per_host: int = 256, static: Static | None = None) -> Batch:
+def build_batch(
+    experiments, *, slots_per_host: int = 256, static: Static | None = None, n_samples: int = 64
+) -> Batch:
     """Validate and pad ``experiments`` into one batch (leading axis E on every leaf).
 
     Pass ``static`` to pad to given shapes (it must be at least as large as the batch
     needs), so that batches of different experiments reuse one compiled program.
+    ``n_samples``: time-series ring size when an experiment samples (at least the windows
+    per compiled call, so the host drains the ring before it wraps).
     """
     experiments = tuple(experiments)
     if not experiments:
@@ -427,7 +446,7 @@ def build_batch(experiments, *, slots_per_host: int = 256, static: Static | None
     if slots_per_host < 1:
         raise InputError(f"sim.packets_per_host must be >= 1, got {slots_per_host}")
     derived = [_Derived(exp.validate(), trigger_tables(exp.flows)) for exp in experiments]
-    needed = _static_of(experiments, derived, slots_per_host)
+    needed = _static_of(experiments, derived, slots_per_host, n_samples)
     if static is None:
         static = needed
     else:

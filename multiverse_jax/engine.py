@@ -24,6 +24,7 @@ from multiverse_jax.systems.complete import complete
 from multiverse_jax.systems.forward import set_forward_plan
 from multiverse_jax.systems.pfc import pfc
 from multiverse_jax.systems.receive import receive
+from multiverse_jax.systems.sample import sample
 from multiverse_jax.systems.transmit import transmit
 
 
@@ -42,6 +43,7 @@ def step(params: Params, state: State) -> State:
     state = complete(params, state)  # finish times -> triggers -> flow starts
     state = transmit(params, state, window_end_ps)  # NICs and switch ports serialise
     state = pfc(params, state, window_end_ps)  # pause / resume decisions
+    state = sample(params, state, window_end_ps)  # time series
     return clock(params, state, window_end_ps)
 
 

@@ -12,6 +12,7 @@ from multiverse_jax import engine
 from multiverse_jax.batch import Batch, Experiment, build_batch
 from multiverse_jax.components.experiment import ERROR_MESSAGES, NEVER, State
 from multiverse_jax.components.static import Static
+from multiverse_jax.timeseries import SampleCollector
 
 PS_PER_US = 1e6
 
@@ -23,6 +24,8 @@ class Result:
     flows: dict[str, np.ndarray]  # per-flow columns (see ``flow_columns``)
     summary: dict  # scalars: status, error, simulated time, windows, packet hops, queues
     port_max_queue_bytes: np.ndarray  # (P,) largest queue of each egress port
+    flow_series: dict[str, np.ndarray] | None = None  # time series per (sample, flow); None if not sampled
+    port_series: dict[str, np.ndarray] | None = None  # time series per (sample, port)
 
     @property
     def ok(self) -> bool:
@@ -57,7 +60,9 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
     }
 
 
-def results(batch: Batch, state: State, timings: dict | None = None) -> list[Result]:
+def results(
+    batch: Batch, state: State, timings: dict | None = None, collector: SampleCollector | None = None
+) -> list[Result]:
     """Split a finished batch into one Result per experiment."""
     host = jax.device_get(
         {
@@ -96,7 +101,19 @@ def results(batch: Batch, state: State, timings: dict | None = None) -> list[Res
         }
         if timings:
             summary.update({f"batch_{k}": v for k, v in timings.items()})
-        out.append(Result(flows=columns, summary=summary, port_max_queue_bytes=host["max_queue"][e, :n_ports]))
+        flow_series = port_series = None
+        if collector is not None and experiment.sample_interval_us > 0:
+            topo = experiment.topology
+            flow_series, port_series = collector.series(e, experiment.flows.flow_id, topo.link_src, topo.link_dst)
+        out.append(
+            Result(
+                flows=columns,
+                summary=summary,
+                port_max_queue_bytes=host["max_queue"][e, :n_ports],
+                flow_series=flow_series,
+                port_series=port_series,
+            )
+        )
     return out
 
 
@@ -109,9 +126,20 @@ def simulate(
     static: Static | None = None,
     on_progress: Callable[[State], None] | None = None,
 ) -> list[Result]:
-    """Simulate ``experiments`` (a list of Experiment) as one batched program."""
-    batch = build_batch(experiments, slots_per_host=slots_per_host, static=static)
+    """Simulate ``experiments`` (a list of Experiment) as one batched program.
+
+    Experiments with ``sample_interval_us > 0`` also return their time series.
+    """
+    batch = build_batch(experiments, slots_per_host=slots_per_host, static=static, n_samples=steps_per_call)
+    collector = SampleCollector(len(batch.experiments)) if batch.static.n_samples > 1 else None
+
+    def progress(state: State) -> None:
+        if collector is not None:
+            collector(state)
+        if on_progress is not None:
+            on_progress(state)
+
     state, timings = engine.run(
-        batch.params, batch.state, steps_per_call=steps_per_call, batching=batching, on_progress=on_progress
+        batch.params, batch.state, steps_per_call=steps_per_call, batching=batching, on_progress=progress
     )
-    return results(batch, state, timings)
+    return results(batch, state, timings, collector)

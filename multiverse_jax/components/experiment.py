@@ -14,6 +14,7 @@ from multiverse_jax.components.links import LinkParams, LinkState
 from multiverse_jax.components.nodes import NicParams, NodeParams
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.components.ports import PortParams, PortState
+from multiverse_jax.components.samples import SampleState
 
 NEVER = jnp.iinfo(jnp.int64).max  # a time that never comes
 
@@ -58,6 +59,7 @@ class Params:
     cc: CcParams  # constants of every algorithm (and of ECN marking)
     lb_kind: chex.Array  # () int32 load balancing (LB_ECMP | LB_SPRAY | LB_FLOWLET)
     flowlet_gap_ps: chex.Array  # () int64 idle time after which a flow starts a new flowlet
+    sample_interval_ps: chex.Array  # () int64 time between time-series samples (> 0)
 
 
 @struct.dataclass
@@ -68,6 +70,7 @@ class State:
     packets: PacketState
     flows: FlowState
     cc: CcState
+    samples: SampleState
     done: chex.Array  # () bool every flow has finished
     error: chex.Array  # () int32 ERROR_* bits
     n_windows: chex.Array  # () int64 windows stepped (the clock may also jump)

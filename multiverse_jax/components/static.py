@@ -21,6 +21,7 @@ class Static:
     pfc_history: int  # L: PFC decisions remembered per link (covers the longest link delay)
     int_hops: int = 1  # Hi: in-band telemetry entries per packet (switch hops of the longest path; 1 without HPCC)
     n_data_classes: int = 1  # C: strict-priority data classes per port (flow priorities 0..C-1)
+    n_samples: int = 1  # R: time-series ring size (>= windows per compiled call when sampling)
 
     @property
     def n_slots(self) -> int:

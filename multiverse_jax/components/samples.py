@@ -1,0 +1,24 @@
+"""Time series: fixed-size ring buffers of per-flow and per-port samples.
+
+Every ``sample_interval`` of simulated time the ``sample`` system records, at the end of
+the window that reaches the next sample time, each flow's congestion-control rate and
+window and delivered bytes, and each port's queue. The ring holds the last R samples
+(R = Static.n_samples); the host drains it after every compiled call (R is at least the
+windows per call, so nothing is overwritten before it is read).
+"""
+
+from __future__ import annotations
+
+import chex
+from flax import struct
+
+
+@struct.dataclass
+class SampleState:
+    sample_count: chex.Array  # () int64 samples taken so far (the next goes to index count % R)
+    next_sample_ps: chex.Array  # () int64 time of the next sample (NEVER: sampling off)
+    sample_time_ps: chex.Array  # (R,) int64 when each sample was taken (a window end)
+    sample_flow_rate_bps: chex.Array  # (R, F) float64 congestion-control sending rate
+    sample_flow_window_bytes: chex.Array  # (R, F) float64 congestion window (0 without one)
+    sample_flow_rx_bytes: chex.Array  # (R, F) int64 payload bytes delivered so far
+    sample_port_queue_bytes: chex.Array  # (R, P) int64 bytes queued at each egress port

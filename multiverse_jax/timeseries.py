@@ -1,0 +1,74 @@
+"""Draining the time-series rings (``components/samples.py``) on the host, between calls.
+
+``SampleCollector`` is called with the batch state after every compiled call; it copies
+the samples taken since the last call and, at the end, gives each experiment its series
+as two long-format tables (one row per sample and flow, one per sample and port).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from multiverse_jax.components.experiment import State
+
+PS_PER_US = 1e6
+
+
+class SampleCollector:
+    def __init__(self, n_experiments: int):
+        self.seen = np.zeros(n_experiments, np.int64)
+        self.chunks: list[list[tuple]] = [[] for _ in range(n_experiments)]
+
+    def __call__(self, state: State) -> None:
+        count = np.asarray(jax.device_get(state.samples.sample_count))
+        if np.all(count == self.seen):
+            return
+        smp = jax.device_get(state.samples)
+        ring = smp.sample_time_ps.shape[1]
+        for e in np.flatnonzero(count > self.seen):
+            if count[e] - self.seen[e] > ring:
+                raise RuntimeError(
+                    f"experiment {e}: {count[e] - self.seen[e]} samples since the last call overflow the ring of {ring}; "
+                    "build the batch with n_samples >= steps_per_call"
+                )
+            at = np.arange(self.seen[e], count[e]) % ring
+            self.chunks[e].append(
+                (
+                    smp.sample_time_ps[e, at],
+                    smp.sample_flow_rate_bps[e, at],
+                    smp.sample_flow_window_bytes[e, at],
+                    smp.sample_flow_rx_bytes[e, at],
+                    smp.sample_port_queue_bytes[e, at],
+                )
+            )
+            self.seen[e] = count[e]
+
+    def series(self, e: int, flow_ids: np.ndarray, link_src: np.ndarray, link_dst: np.ndarray):
+        """(flow table, port table) of experiment ``e``: dicts of equal-length columns."""
+        n_flows, n_ports = len(flow_ids), len(link_src)
+        if not self.chunks[e]:
+            time_ps = np.zeros(0, np.int64)
+            rate = window = np.zeros((0, n_flows))
+            rx = np.zeros((0, n_flows), np.int64)
+            queue = np.zeros((0, n_ports), np.int64)
+        else:
+            time_ps, rate, window, rx, queue = (np.concatenate(parts) for parts in zip(*self.chunks[e]))
+            rate, window, rx, queue = rate[:, :n_flows], window[:, :n_flows], rx[:, :n_flows], queue[:, :n_ports]
+        n_samples = time_ps.shape[0]
+        time_us = time_ps / PS_PER_US
+        flows = {
+            "time_us": np.repeat(time_us, n_flows),
+            "flow_id": np.tile(flow_ids, n_samples),
+            "rate_gbps": rate.reshape(-1) / 1e9,
+            "window_bytes": window.reshape(-1),
+            "rx_bytes": rx.reshape(-1),
+        }
+        ports = {
+            "time_us": np.repeat(time_us, n_ports),
+            "port": np.tile(np.arange(n_ports), n_samples),
+            "src_node": np.tile(link_src, n_samples),
+            "dst_node": np.tile(link_dst, n_samples),
+            "queue_bytes": queue.reshape(-1),
+        }
+        return flows, ports
