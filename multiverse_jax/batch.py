@@ -280,6 +280,8 @@ def _cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s: Stati
         increase_timer_ps=never.copy(),
         byte_event_ps=never.copy(),
         last_cnp_ps=np.full(n, -(1 << 60), np.int64),
+        ecn_marked_packets=zeros(np.int32),
+        cnps_sent=zeros(np.int32),
         ssthresh_bytes=np.full(n, np.inf),
         in_cwr=zeros(bool),
         cwr_high_seq=zeros(np.int32),

@@ -242,6 +242,7 @@ def experiment_from_config(cfg) -> Experiment:
         flowlet_gap_us=_number(c, "switch.flowlet_gap_us", positive=True),
         seed=_integer(c, "sim.seed", 0),
         max_time_us=_number(c, "sim.max_time_us", positive=True),
+        sample_interval_us=_number(c, "sim.sample_interval_us", positive=False),
     )
     return dataclasses.replace(experiment, ecmp=experiment.validate())
 

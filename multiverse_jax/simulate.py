@@ -47,6 +47,8 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
         return np.where(ps == NEVER, np.nan, ps / PS_PER_US)
 
     begin, finish, rx_finish = us(fs.flow_begin_ps), us(fs.flow_finish_ps), us(fs.flow_rx_finish_ps)
+    marks = np.asarray(state.cc.ecn_marked_packets[e, :n])
+    cnps = np.asarray(state.cc.cnps_sent[e, :n])
     return {
         "id": flows.flow_id,
         "src": flows.src,
@@ -57,6 +59,9 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
         "rx_finish_us": rx_finish,
         "fct_us": finish - begin,
         "rx_bytes": fs.flow_rx_bytes,
+        "priority": flows.prio,
+        "ecn_marked_packets": marks,
+        "cnps": cnps,
     }
 
 
@@ -131,7 +136,8 @@ def simulate(
     Experiments with ``sample_interval_us > 0`` also return their time series.
     """
     batch = build_batch(experiments, slots_per_host=slots_per_host, static=static, n_samples=steps_per_call)
-    collector = SampleCollector(len(batch.experiments)) if batch.static.n_samples > 1 else None
+    sampling = any(e.sample_interval_us > 0 for e in batch.experiments)
+    collector = SampleCollector(len(batch.experiments)) if sampling else None
 
     def progress(state: State) -> None:
         if collector is not None:

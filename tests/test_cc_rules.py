@@ -92,6 +92,8 @@ LANE_DEFAULTS = {
     "increase_timer_ps": (NEVER, np.int64),
     "byte_event_ps": (NEVER, np.int64),
     "last_cnp_ps": (-(1 << 60), np.int64),
+    "ecn_marked_packets": (0, np.int32),
+    "cnps_sent": (0, np.int32),
     "ssthresh_bytes": (math.inf, np.float64),
     "in_cwr": (False, np.bool_),
     "cwr_high_seq": (0, np.int32),
@@ -177,7 +179,7 @@ class Lane:
         self.log = []  # which branches this flow's updates took (coverage checks)
 
 
-def check_lane(host, lane, ref, names, context=""):
+def check_lane(host, lane, ref, names, context="", rel=REL):
     """Library state (host copy) of ``lane`` equals the reference on ``names``."""
     for name in names:
         got = np.asarray(getattr(host, name))[lane]
@@ -189,14 +191,14 @@ def check_lane(host, lane, ref, names, context=""):
         elif isinstance(want, int):
             ok = int(got) == want
         else:
-            ok = math.isclose(float(got), want, rel_tol=REL, abs_tol=1e-12)
+            ok = math.isclose(float(got), want, rel_tol=rel, abs_tol=1e-12)
         assert ok, f"{context} lane {lane} {name}: library {got!r}, reference {want!r}"
 
 
-def check_lanes(state, refs, context=""):
+def check_lanes(state, refs, context="", rel=REL):
     host = jax.device_get(state)
     for lane, ref in enumerate(refs):
-        check_lane(host, lane, ref, ref.FIELDS, context)
+        check_lane(host, lane, ref, ref.FIELDS, context, rel)
     return host
 
 
@@ -607,6 +609,14 @@ def test_dcqcn_scripted_run():
 # ======================================================================================
 
 
+# The library computes DCTCP's F = marks / acks from int32 counters, which JAX divides in
+# float32 (even with 64-bit mode on), so alpha -- and the windows cut with it -- carry a
+# ~1e-8 relative error. The scripted DCTCP tests compare floats at this looser tolerance
+# (they still check every branch, round and cut); test_dctcp_mark_fraction_is_float64
+# pins the precision problem itself. Once it is fixed, set DCTCP_REL = REL.
+DCTCP_REL = 1e-6
+
+
 class RefDctcp(Lane):
     """A DCTCP sender (Alizadeh et al. 2010), per ACK."""
 
@@ -671,7 +681,7 @@ def run_dctcp(lanes, acks, **param_overrides):
                 refs[lane].ack(p, int(acked[lane]), int(sent[lane]), bool(ece[lane]), MSS)
         new = dctcp_on_ack(cp, st, make_ack(acked_packets=acked, sent_packets=sent, ece=ece))
         st = jax.tree.map(lambda n, o: np.where(np.reshape(has, (F,) + (1,) * (n.ndim - 1)), n, o), new, st)
-        check_lanes(st, refs, f"ACK {step}")
+        check_lanes(st, refs, f"ACK {step}", rel=DCTCP_REL)
     return jax.device_get(st), refs
 
 
@@ -691,9 +701,33 @@ def test_dctcp_alpha_once_per_window():
     host, refs = run_dctcp([lane], [acks], dctcp_g=1 / 16)
     assert host.alpha[0] == pytest.approx(15 / 16 * 0.5 + 1 / 16 * 2 / 10, rel=REL)
     assert host.last_update_seq[0] == 20 and host.acks_in_round[0] == 0
-    # the mark of ACK 3 cut the window with alpha = 0.5, once; CWR then holds it
-    assert host.window_bytes[0] == pytest.approx((w + 2 * MSS) * 0.75, rel=REL)
-    assert host.in_cwr[0] and host.cwr_high_seq[0] == 10 and refs[0].log.count("cut") == 1
+    # slow start on ACKs 1-2, the mark of ACK 3 cut the window with alpha = 0.5 (once:
+    # CWR holds it through ACK 10); ACK 11 passes the cut's snd_nxt and grows it (CA)
+    cut = (w + 2 * MSS) * 0.75
+    assert host.window_bytes[0] == pytest.approx(cut + MSS * MSS / cut, rel=REL)
+    assert host.ssthresh_bytes[0] == pytest.approx(cut, rel=REL)
+    assert not host.in_cwr[0] and host.cwr_high_seq[0] == 10 and refs[0].log.count("cut") == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="dctcp.update_alpha divides int32 marks by int32 acks, which JAX does in float32: "
+    "F = 1/3 comes out as float32(1/3) (relative error 1e-8), not the float64 of the equation",
+)
+def test_dctcp_mark_fraction_is_float64():
+    """alpha = (1 - g) alpha + g F with F = marks / acks, in float64 like the rest of the state."""
+    cp, p = make_params(dctcp_g=0.5)
+    lanes = [  # a round with 1 mark in 3 ACKs (this one included) ends at this ACK
+        {"window_bytes": 10 * MSS, "alpha": 0.0, "started": True, "last_update_seq": 5, "acks_in_round": 2, "marks_in_round": 1},
+        {"window_bytes": 10 * MSS, "alpha": 0.0, "started": True, "last_update_seq": 5, "acks_in_round": 10, "marks_in_round": 6},
+    ]
+    st, refs = make_state(lanes), [RefDctcp(**lane) for lane in pad(lanes, {})]
+    ev = make_ack(acked_packets=[6] * F, sent_packets=[12] * F)
+    st = dctcp_on_ack(cp, st, ev)
+    for ref in refs:
+        ref.ack(p, 6, 12, False, MSS)
+    host = check_lanes(st, refs, "DCTCP fraction")
+    assert host.alpha[0] == pytest.approx(0.5 / 3, rel=REL) and host.alpha[1] == pytest.approx(0.5 * 6 / 11, rel=REL)
 
 
 def test_dctcp_cut_once_per_window_and_growth():
@@ -749,9 +783,11 @@ def test_dctcp_scripted_acks():
         for lane, ref in enumerate(refs):
             ref.ack(p, int(acked[lane]), int(sent[lane]), bool(ece[lane]), MSS)
         st = dctcp_on_ack(cp, st, make_ack(acked_packets=acked, sent_packets=sent, ece=ece))
-        check_lanes(st, refs, f"ACK {step}")
+        check_lanes(st, refs, f"ACK {step}", rel=DCTCP_REL)
     logs = [set(r.log) for r in refs]
-    assert logs[0] == {"ss"}
+    assert logs[0] == {"ss", "alpha"}  # no marks: no cut, alpha decays once per window
+    assert refs[0].log.count("alpha") >= 2
+    assert refs[0].alpha == pytest.approx((15 / 16) ** refs[0].log.count("alpha"), rel=REL)
     assert {"cut", "alpha", "ca"} <= logs[1]
     assert "min" in logs[2]
     assert {"cut", "alpha", "ca"} <= logs[3] and {"ca"} <= logs[4]
@@ -924,7 +960,7 @@ def test_hpcc_hop_utilisation_and_inflight():
     # by hand (B T = 125 kB at 100 Gb/s, 62.5 kB at 50 Gb/s)
     assert list(u_hop[0]) == pytest.approx([0.8 + 0.08, 1.0 + 0.32, 2.0 + 0.0], rel=REL)
     assert u_new[0] == pytest.approx(0.9 * 0.5 + 0.1 * 2.0, rel=REL)  # tau = 1 µs of hop 2
-    assert list(u_hop[1, 1:]) == [-1.0, -1.0] and u_hop[1, 0] == pytest.approx(0.6 + 0.008, rel=REL)
+    assert list(u_hop[1, 1:]) == [-1.0, -1.0] and u_hop[1, 0] == pytest.approx(0.6, rel=REL)
     assert not sampled[2] and u_new[2] == 0.7
     assert u_new[3] == pytest.approx(u_hop[3, 0], rel=REL) == 0.64
     assert list(u_hop[4, :2]) == [-1.0, -1.0] and u_hop[4, 2] == pytest.approx(1.44 + 0.0, rel=REL)
@@ -963,22 +999,26 @@ def test_hpcc_first_ack_and_reference_once_per_round():
         {"window_bytes": bdp, "hpcc_wc_bytes": bdp, "rate_bps": LINE},  # first ACK: records only
         {**started, "window_bytes": 90_000.0, "last_update_seq": 10},  # ACK 5 <= 10: W from W_c, W_c kept
         {**started, "window_bytes": 90_000.0, "last_update_seq": 10},  # ACK 11 > 10: W_c = W, stage + 1
+        {**started, "started": False, "window_bytes": 90_000.0, "hpcc_u": 0.2},  # not started: records only, even
+        #   with telemetry already stored
     ]
     st = make_state(lanes)
     refs = [RefHpcc(**lane) for lane in pad(lanes, {})]
-    acked, sent = pad([1, 5, 11], 0), pad([8, 14, 19], 0)
-    ev = hops_ack([now] * 3, acked_packets=acked, sent_packets=sent)
+    acked, sent = pad([1, 5, 11, 1], 0), pad([8, 14, 19, 8], 0)
+    ev = hops_ack([now] * 4, acked_packets=acked, sent_packets=sent)
     st = hpcc_on_ack(cp, st, ev)
     for lane, ref in enumerate(refs):
-        ref.ack(p, acked[lane], sent[lane], LINE, now if lane < 3 else [(-1, 0, 0, 0, LINE)] * HI)
+        ref.ack(p, acked[lane], sent[lane], LINE, now if lane < 4 else [(-1, 0, 0, 0, LINE)] * HI)
     host = check_lanes(st, refs, "HPCC")
     assert host.window_bytes[0] == bdp and host.hpcc_u[0] == 0.0 and host.last_update_seq[0] == 8
-    assert host.started[0] and list(host.int_ts_ps[0]) == [1 * US, 0, 0] and host.rate_bps[0] == LINE
+    assert host.started[0] and list(host.int_ts_ps[0]) == [1 * US, 0, 0]
+    assert host.rate_bps[0] == pytest.approx(LINE, rel=REL)
     assert host.window_bytes[1] == host.window_bytes[2] == pytest.approx(82_500, rel=REL)  # U = 0.5 < eta
     assert host.hpcc_wc_bytes[1] == 80_000 and host.stage[1] == 2 and host.last_update_seq[1] == 10
     assert host.hpcc_wc_bytes[2] == pytest.approx(82_500, rel=REL) and host.stage[2] == 3
     assert host.last_update_seq[2] == 19
     assert host.rate_bps[2] == pytest.approx(82_500 * 8 / (t / PS_PER_S), rel=REL)
+    assert host.window_bytes[3] == 90_000 and host.hpcc_u[3] == 0.2 and host.started[3]
 
 
 def hpcc_script(seed, n, n_hops, util, qmax, dt_us=(0.5, 3.0), rates=None, port_flip=0, stall=0, gaps=0):
@@ -1007,16 +1047,17 @@ def hpcc_script(seed, n, n_hops, util, qmax, dt_us=(0.5, 3.0), rates=None, port_
 def test_hpcc_scripted_acks():
     n = 40
     t = T_HPCC
-    cp, p = make_params(hpcc_base_rtt_ps=t, hpcc_eta=0.95, hpcc_max_stage=5, hpcc_w_ai_bytes=2_500.0, hpcc_min_rate_bps=1e9)
+    # lowest window 6.25 kB (5 Gb/s x T), highest 125 kB (line x T)
+    cp, p = make_params(hpcc_base_rtt_ps=t, hpcc_eta=0.95, hpcc_max_stage=5, hpcc_w_ai_bytes=2_500.0, hpcc_min_rate_bps=5e9)
     scripts = [
-        hpcc_script(1, n, 3, (0.6, 1.0), 300_000),  # congested: multiplicative down to the minimum
+        hpcc_script(1, n, 3, (0.6, 1.0), 1_000_000),  # congested: multiplicative down to the minimum
         hpcc_script(2, n, 2, (0.2, 0.4), 0),  # idle: additive, then multiplicative up to the line
         hpcc_script(3, n, 3, (0.7, 1.1), 20_000, rates=[LINE, 25e9, LINE]),
         hpcc_script(4, n, 3, (0.8, 1.0), 5_000, port_flip=5, stall=3),  # path changes, stalled hop
         hpcc_script(5, n, 1, (0.85, 0.95), 2_000, gaps=True),  # telemetry missing on some ACKs
         hpcc_script(6, n, 2, (0.8, 1.0), 50_000, dt_us=(5.0, 25.0)),  # tau often capped at T
     ]
-    per_round = [8, 0, 5, 3, 2, 0]  # sent = acked + this: reference updated every (this + 1) ACKs
+    per_round = [1, 0, 8, 3, 2, 0]  # sent = acked + this: reference updated every (this + 1) ACKs
     bdp = LINE * t / PS_PER_S / 8
     lanes = [{"window_bytes": bdp, "hpcc_wc_bytes": bdp, "rate_bps": LINE} for _ in range(F)]
     st, refs = make_state(lanes), [RefHpcc(**lane) for lane in lanes]
@@ -1119,6 +1160,22 @@ def test_timely_new_rate_branches():
         [52e9, 60e9, 50e9 * (1 - 0.8 * (1 - 500 / 800)), LINE, 50e9 * (1 - 0.8 * 0.2), 1e9], rel=REL
     )
     assert list(got_inc) == [True, True, False, True, False, False]
+
+    boundary = [  # (rate, rtt, rtt_diff, stage)
+        (50e9, 50 * US, 4 * US, 0),  # rtt == T_low is not below it: gradient > 0 decreases
+        (50e9, 500 * US, 4 * US, 0),  # rtt == T_high is not above it: 1 - beta gradient
+        (50e9, 500 * US, 0.0, 0),  # gradient == 0 increases
+        (50e9, 500 * US + 1, -4 * US, 0),  # just above T_high: decreases despite gradient < 0
+        (50e9, 49 * US, 0.0, 2),  # stage hai_after - 1: still additive
+        (0.5e9, 49 * US, 0.0, 0),  # below the minimum rate: additive from there
+    ]
+    rate, rtt, diff, stage = (np.array(c, d) for c, d in zip(zip(*boundary), (np.float64, np.int64, np.float64, np.int32)))
+    got_rate, got_inc = jax.device_get(timely_new_rate(cp, rate, rtt, diff, stage, np.full(F, LINE)))
+    for lane, (r, rt, d, s) in enumerate(boundary):
+        want_rate, want_inc = RefTimely(rate_bps=r, stage=s).rate_update(p, rt, d, LINE)
+        assert bool(got_inc[lane]) == want_inc and math.isclose(got_rate[lane], want_rate, rel_tol=REL), lane
+    assert list(got_inc) == [False, False, True, False, True, True]
+    assert list(got_rate[[0, 1, 2, 4, 5]]) == pytest.approx([50e9 * 0.84, 50e9 * 0.84, 52e9, 52e9, 2.5e9], rel=REL)
 
 
 def test_timely_first_sample_and_once_per_round():

@@ -118,12 +118,14 @@ class TimelyConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EcnConfig:
-    """RED/ECN marking at switch egress (config keys switch.ecn_*). Defaults: the DCQCN
-    paper's (Kmin 5 KB, Kmax 200 KB, Pmax 1 %); DCTCP's step marking at K is Kmin = Kmax = K."""
+    """RED/ECN marking at switch egress (config keys switch.ecn_*). Defaults: ns-3 run.py's
+    KMIN/KMAX/PMAX maps at 25 Gb/s (100 KB, 400 KB, 0.2), below the default PFC XOFF plus
+    headroom so ECN acts before PFC. The DCQCN paper used 5 KB, 200 KB, 1 % at 40 Gb/s; DCTCP's
+    step marking at K is Kmin = Kmax = K, Pmax = 1."""
 
-    kmin_bytes: int = 5_000
-    kmax_bytes: int = 200_000
-    pmax: float = 0.01
+    kmin_bytes: int = 100_000
+    kmax_bytes: int = 400_000
+    pmax: float = 0.2
 
     def check(self, prefix: str = "switch") -> None:
         _check(prefix, "ecn_kmin_bytes", self.kmin_bytes, low=0, integer=True)

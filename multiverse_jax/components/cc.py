@@ -81,6 +81,8 @@ class CcState:
     increase_timer_ps: chex.Array  # (F,) int64 next rate-increase timer event
     byte_event_ps: chex.Array  # (F,) int64 a byte-counter event pending since then (NEVER: none)
     last_cnp_ps: chex.Array  # (F,) int64 receiver: when it last sent this flow a CNP
+    ecn_marked_packets: chex.Array  # (F,) int32 receiver: ECN-marked data packets delivered
+    cnps_sent: chex.Array  # (F,) int32 receiver: CNPs sent
     # DCTCP
     ssthresh_bytes: chex.Array  # (F,) float64 slow-start threshold
     in_cwr: chex.Array  # (F,) bool window already cut for this window of data

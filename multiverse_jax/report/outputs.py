@@ -7,7 +7,13 @@
 * ``flows.parquet``: every per-flow column of the result;
 * ``fct.csv``: ``id,src,dst,size_bytes,start_us,finish_us,rx_finish_us,fct_us`` (times in
   µs; empty where a flow never started or finished);
-* ``fct_cdf.png`` (when ``plots``): the empirical CDF of the flow completion times.
+* ``fct_cdf.png`` (when ``plots``): the empirical CDF of the flow completion times;
+* when the result has time series (``sim.sample_interval_us`` > 0):
+  ``timeseries_flows.parquet`` (``time_us, flow_id, rate_gbps, window_bytes, rx_bytes``: one
+  row per sample and flow), ``timeseries_ports.parquet`` (``time_us, port, src_node,
+  dst_node, queue_bytes``: one row per sample and egress port) and, when ``plots``,
+  ``timeseries.png`` (``plot_timeseries``; ``multiverse-jax-plot`` redraws it from the two
+  parquet files).
 """
 
 from __future__ import annotations
@@ -23,6 +29,12 @@ import pyarrow.parquet as pq
 from rich.table import Table
 
 FCT_COLUMNS = ("id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us")
+FLOW_SERIES_FILE = "timeseries_flows.parquet"
+PORT_SERIES_FILE = "timeseries_ports.parquet"
+TIMESERIES_PLOT_FILE = "timeseries.png"
+FLOW_SERIES_COLUMNS = ("time_us", "flow_id", "rate_gbps", "window_bytes", "rx_bytes")
+PORT_SERIES_COLUMNS = ("time_us", "port", "src_node", "dst_node", "queue_bytes")
+MAX_PLOTTED_FLOWS = 16  # more flows: plot an evenly spaced sample of this many, plus the mean
 
 
 def _plain(value):
@@ -76,6 +88,110 @@ def plot_fct_cdf(fct_us: np.ndarray, title: str, path: Path) -> None:
     fig.savefig(path)
 
 
+def _flow_lines(time_us, flow_id, values):
+    """{flow id: (times, values)} of a long-format series, each in time order."""
+    order = np.lexsort((time_us, flow_id))
+    time_us, flow_id, values = time_us[order], flow_id[order], values[order]
+    ids, first = np.unique(flow_id, return_index=True)
+    return {int(i): (t, v) for i, t, v in zip(ids, np.split(time_us, first[1:]), np.split(values, first[1:]))}
+
+
+def plot_timeseries(
+    flow_series,
+    port_series,
+    path,
+    *,
+    title: str = "",
+    flows=None,
+    n_ports: int = 8,
+) -> None:
+    """Two stacked panels sharing the time axis, written to ``path`` (PNG).
+
+    Top: each flow's congestion-control sending rate (Gb/s) over time; with more than
+    ``MAX_PLOTTED_FLOWS`` flows an evenly spaced sample of that many, plus the mean over
+    all flows. ``flows`` (flow ids) picks the flows instead; an id not in the series is a
+    ValueError. Bottom: queue depth (KB) of the ``n_ports`` egress ports with the largest
+    peak queue, labelled ``src->dst`` (node ids). ``flow_series`` and ``port_series`` are
+    mappings of equal-length columns (``FLOW_SERIES_COLUMNS``, ``PORT_SERIES_COLUMNS``).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    f_time = np.asarray(flow_series["time_us"], float)
+    f_id = np.asarray(flow_series["flow_id"]).astype(np.int64)
+    rate = np.asarray(flow_series["rate_gbps"], float)
+    p_time = np.asarray(port_series["time_us"], float)
+    port = np.asarray(port_series["port"]).astype(np.int64)
+    src, dst = np.asarray(port_series["src_node"]), np.asarray(port_series["dst_node"])
+    queue_kb = np.asarray(port_series["queue_bytes"], float) / 1000.0
+
+    lines = _flow_lines(f_time, f_id, rate)
+    if flows is not None:
+        wanted = [int(i) for i in flows]
+        missing = [i for i in wanted if i not in lines]
+        if missing:
+            known = sorted(lines)
+            shown = ", ".join(map(str, known[:20])) + (", ..." if len(known) > 20 else "")
+            raise ValueError(
+                f"flow id{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} not in the time series "
+                f"(flow ids: {shown or 'none'})"
+            )
+        shown_ids, show_mean = list(dict.fromkeys(wanted)), False
+    elif len(lines) > MAX_PLOTTED_FLOWS:
+        ids = np.array(sorted(lines))
+        shown_ids = [int(i) for i in ids[np.linspace(0, len(ids) - 1, MAX_PLOTTED_FLOWS).round().astype(int)]]
+        show_mean = True
+    else:
+        shown_ids, show_mean = sorted(lines), False
+
+    fig = Figure(figsize=(8, 7), dpi=100)
+    FigureCanvasAgg(fig)
+    ax_rate, ax_queue = fig.subplots(2, 1, sharex=True)
+    for i in shown_ids:
+        t, v = lines[i]
+        ax_rate.plot(t, v, lw=1.0, label=f"flow {i}")
+    if show_mean:
+        times, inverse = np.unique(f_time, return_inverse=True)
+        mean = np.bincount(inverse, weights=rate) / np.bincount(inverse)
+        ax_rate.plot(times, mean, color="black", lw=2.0, ls="--", label=f"mean of {len(lines)} flows")
+    if shown_ids:
+        ax_rate.legend(fontsize="x-small", ncol=4, loc="lower left")
+    else:
+        ax_rate.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax_rate.transAxes)
+    sampled = f" ({len(shown_ids)} of {len(lines)} flows)" if show_mean else ""
+    ax_rate.set_ylabel("sending rate (Gb/s)")
+    ax_rate.set_title(f"{title}: sending rate{sampled}" if title else f"sending rate{sampled}", fontsize="medium")
+    ax_rate.set_ylim(bottom=0)
+    ax_rate.grid(True, alpha=0.3)
+
+    busiest = []
+    if port.size:
+        ports, inverse = np.unique(port, return_inverse=True)
+        peak = np.zeros(len(ports))
+        np.maximum.at(peak, inverse, queue_kb)
+        order = np.argsort(-peak, kind="stable")
+        busiest = [int(ports[j]) for j in order[: max(0, n_ports)] if peak[j] > 0]
+    for p in busiest:
+        mask = port == p
+        t, q = p_time[mask], queue_kb[mask]
+        o = np.argsort(t, kind="stable")
+        first = np.flatnonzero(mask)[0]
+        ax_queue.plot(t[o], q[o], lw=1.0, label=f"{int(src[first])}->{int(dst[first])}")
+    if busiest:
+        ax_queue.legend(fontsize="x-small", ncol=4, loc="upper left", title="port (src->dst node)", title_fontsize="x-small")
+    else:
+        message = "no queue built up" if port.size else "no samples"
+        ax_queue.text(0.5, 0.5, message, ha="center", va="center", transform=ax_queue.transAxes)
+    ax_queue.set_ylabel("queue (KB)")
+    ax_queue.set_xlabel("time (µs)")
+    ax_queue.set_title(f"queue depth of the {len(busiest)} ports with the largest peak", fontsize="medium")
+    ax_queue.set_ylim(bottom=0)
+    ax_queue.set_xlim(left=0)
+    ax_queue.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict | None = None) -> dict[str, Path]:
     """Write a result's files into ``run_dir`` (created if needed); returns them by name."""
     run_dir = Path(run_dir)
@@ -96,7 +212,22 @@ def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict 
         n = len(result.flows["fct_us"])
         title = f"FCT CDF: {experiment.topology.name}, {n} flow{'s' if n != 1 else ''}"
         plot_fct_cdf(np.asarray(result.flows["fct_us"], float), title, files["fct_cdf"])
+    flow_series, port_series = getattr(result, "flow_series", None), getattr(result, "port_series", None)
+    if flow_series is not None and port_series is not None:
+        files["timeseries_flows"] = run_dir / FLOW_SERIES_FILE
+        files["timeseries_ports"] = run_dir / PORT_SERIES_FILE
+        pq.write_table(_table(flow_series, FLOW_SERIES_COLUMNS), files["timeseries_flows"])
+        pq.write_table(_table(port_series, PORT_SERIES_COLUMNS), files["timeseries_ports"])
+        if plots:
+            files["timeseries_plot"] = run_dir / TIMESERIES_PLOT_FILE
+            plot_timeseries(flow_series, port_series, files["timeseries_plot"], title=experiment.topology.name)
     return files
+
+
+def _table(series: dict, columns) -> pa.Table:
+    """The series' columns, in ``columns`` order first (then any others)."""
+    names = [c for c in columns if c in series] + [c for c in series if c not in columns]
+    return pa.table({name: np.asarray(series[name]) for name in names})
 
 
 def summary_table(results, names=None, title: str = "multiverse-jax results") -> Table:

@@ -57,5 +57,9 @@ def receive(params: Params, state: State, window_end_ps) -> State:
             flow_rx_bytes=rx_bytes,
             flow_rx_finish_ps=jnp.where(completes, last_arrival, flows.flow_rx_finish_ps),
         )
-        cc = cc.replace(last_cnp_ps=jnp.where(cnp_due, marked_ps, cc.last_cnp_ps))
+        cc = cc.replace(
+            last_cnp_ps=jnp.where(cnp_due, marked_ps, cc.last_cnp_ps),
+            ecn_marked_packets=cc.ecn_marked_packets + count_by(delivered & pkts.pkt_ecn, pkts.pkt_flow, n_flows),
+            cnps_sent=cc.cnps_sent + cnp_due,
+        )
         return state.replace(packets=packets, flows=flows, cc=cc)
