@@ -564,7 +564,7 @@ def test_dcqcn_scripted_run():
     ack = lambda *us: [(t * US, "ack", False) for t in us]  # noqa: E731
     send = lambda wire, us: [(t * US, "send", wire) for t in us]  # noqa: E731
     scripts = [
-        # 0: three cuts, then sends drive the byte counter beside the increase timer
+        # 0: CNPs and cuts, then sends drive the byte counter beside the increase timer
         cnp(2, 15, 33, 61) + ack(5, 100) + send(25_000, range(70, 251, 8)),
         # 1: a CNP after increase events (clamps the target)
         cnp(2, 100) + send(20_000, range(0, 251, 10)),
@@ -609,12 +609,9 @@ def test_dcqcn_scripted_run():
 # ======================================================================================
 
 
-# The library computes DCTCP's F = marks / acks from int32 counters, which JAX divides in
-# float32 (even with 64-bit mode on), so alpha -- and the windows cut with it -- carry a
-# ~1e-8 relative error. The scripted DCTCP tests compare floats at this looser tolerance
-# (they still check every branch, round and cut); test_dctcp_mark_fraction_is_float64
-# pins the precision problem itself. Once it is fixed, set DCTCP_REL = REL.
-DCTCP_REL = 1e-6
+# F = marks / acks must be float64 (int32 / int32 is float32 in JAX even with 64-bit mode
+# on); test_dctcp_mark_fraction_is_float64 pins it.
+DCTCP_REL = REL
 
 
 class RefDctcp(Lane):
@@ -709,17 +706,13 @@ def test_dctcp_alpha_once_per_window():
     assert not host.in_cwr[0] and host.cwr_high_seq[0] == 10 and refs[0].log.count("cut") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dctcp.update_alpha divides int32 marks by int32 acks, which JAX does in float32: "
-    "F = 1/3 comes out as float32(1/3) (relative error 1e-8), not the float64 of the equation",
-)
 def test_dctcp_mark_fraction_is_float64():
     """alpha = (1 - g) alpha + g F with F = marks / acks, in float64 like the rest of the state."""
     cp, p = make_params(dctcp_g=0.5)
-    lanes = [  # a round with 1 mark in 3 ACKs (this one included) ends at this ACK
-        {"window_bytes": 10 * MSS, "alpha": 0.0, "started": True, "last_update_seq": 5, "acks_in_round": 2, "marks_in_round": 1},
-        {"window_bytes": 10 * MSS, "alpha": 0.0, "started": True, "last_update_seq": 5, "acks_in_round": 10, "marks_in_round": 6},
+    base = {"window_bytes": 10 * MSS, "alpha": 0.0, "started": True, "last_update_seq": 5}
+    lanes = [  # a round ends at this ACK: 1 mark in 3 ACKs, 6 in 11 (this unmarked one included)
+        {**base, "acks_in_round": 2, "marks_in_round": 1},
+        {**base, "acks_in_round": 10, "marks_in_round": 6},
     ]
     st, refs = make_state(lanes), [RefDctcp(**lane) for lane in pad(lanes, {})]
     ev = make_ack(acked_packets=[6] * F, sent_packets=[12] * F)
@@ -895,7 +888,12 @@ def hops_ack(hops_per_lane, **fields):
     hops_per_lane = pad(hops_per_lane, [(-1, 0, 0, 0, LINE)] * HI)
     cols = list(zip(*[list(zip(*h)) for h in hops_per_lane]))  # 5 fields x F lanes x HI
     return make_ack(
-        int_port=cols[0], int_ts_ps=cols[1], int_tx_bytes=cols[2], int_qlen_bytes=cols[3], int_rate_bps=cols[4], **fields
+        int_port=cols[0],
+        int_ts_ps=cols[1],
+        int_tx_bytes=cols[2],
+        int_qlen_bytes=cols[3],
+        int_rate_bps=cols[4],
+        **fields,
     )
 
 
@@ -999,8 +997,8 @@ def test_hpcc_first_ack_and_reference_once_per_round():
         {"window_bytes": bdp, "hpcc_wc_bytes": bdp, "rate_bps": LINE},  # first ACK: records only
         {**started, "window_bytes": 90_000.0, "last_update_seq": 10},  # ACK 5 <= 10: W from W_c, W_c kept
         {**started, "window_bytes": 90_000.0, "last_update_seq": 10},  # ACK 11 > 10: W_c = W, stage + 1
-        {**started, "started": False, "window_bytes": 90_000.0, "hpcc_u": 0.2},  # not started: records only, even
-        #   with telemetry already stored
+        # not started: records only, even with telemetry already stored
+        {**started, "started": False, "window_bytes": 90_000.0, "hpcc_u": 0.2, "last_update_seq": 10},
     ]
     st = make_state(lanes)
     refs = [RefHpcc(**lane) for lane in pad(lanes, {})]
@@ -1019,6 +1017,7 @@ def test_hpcc_first_ack_and_reference_once_per_round():
     assert host.last_update_seq[2] == 19
     assert host.rate_bps[2] == pytest.approx(82_500 * 8 / (t / PS_PER_S), rel=REL)
     assert host.window_bytes[3] == 90_000 and host.hpcc_u[3] == 0.2 and host.started[3]
+    assert host.last_update_seq[3] == 8 and host.hpcc_wc_bytes[3] == 80_000
 
 
 def hpcc_script(seed, n, n_hops, util, qmax, dt_us=(0.5, 3.0), rates=None, port_flip=0, stall=0, gaps=0):
@@ -1048,7 +1047,9 @@ def test_hpcc_scripted_acks():
     n = 40
     t = T_HPCC
     # lowest window 6.25 kB (5 Gb/s x T), highest 125 kB (line x T)
-    cp, p = make_params(hpcc_base_rtt_ps=t, hpcc_eta=0.95, hpcc_max_stage=5, hpcc_w_ai_bytes=2_500.0, hpcc_min_rate_bps=5e9)
+    cp, p = make_params(
+        hpcc_base_rtt_ps=t, hpcc_eta=0.95, hpcc_max_stage=5, hpcc_w_ai_bytes=2_500.0, hpcc_min_rate_bps=5e9
+    )
     scripts = [
         hpcc_script(1, n, 3, (0.6, 1.0), 1_000_000),  # congested: multiplicative down to the minimum
         hpcc_script(2, n, 2, (0.2, 0.4), 0),  # idle: additive, then multiplicative up to the line
@@ -1141,6 +1142,9 @@ TIMELY_PARAMS = dict(
 )
 
 
+TIMELY_CASE_DTYPES = (np.float64, np.int64, np.float64, np.int32)  # (rate, rtt, rtt_diff, stage)
+
+
 def test_timely_new_rate_branches():
     cp, p = make_params(**TIMELY_PARAMS)
     cases = [  # (rate, rtt, rtt_diff, stage)
@@ -1151,7 +1155,7 @@ def test_timely_new_rate_branches():
         (50e9, 200 * US, 4 * US, 2),  # gradient > 0: 1 - beta gradient
         (50e9, 200 * US, 40 * US, 0),  # 1 - beta gradient < 0: clamped at 0, then min rate
     ]
-    rate, rtt, diff, stage = (np.array(c, d) for c, d in zip(zip(*cases), (np.float64, np.int64, np.float64, np.int32)))
+    rate, rtt, diff, stage = (np.array(c, d) for c, d in zip(zip(*cases), TIMELY_CASE_DTYPES))
     got_rate, got_inc = jax.device_get(timely_new_rate(cp, rate, rtt, diff, stage, np.full(F, LINE)))
     for lane, (r, rt, d, s) in enumerate(cases):
         want_rate, want_inc = RefTimely(rate_bps=r, stage=s).rate_update(p, rt, d, LINE)
@@ -1169,7 +1173,7 @@ def test_timely_new_rate_branches():
         (50e9, 49 * US, 0.0, 2),  # stage hai_after - 1: still additive
         (0.5e9, 49 * US, 0.0, 0),  # below the minimum rate: additive from there
     ]
-    rate, rtt, diff, stage = (np.array(c, d) for c, d in zip(zip(*boundary), (np.float64, np.int64, np.float64, np.int32)))
+    rate, rtt, diff, stage = (np.array(c, d) for c, d in zip(zip(*boundary), TIMELY_CASE_DTYPES))
     got_rate, got_inc = jax.device_get(timely_new_rate(cp, rate, rtt, diff, stage, np.full(F, LINE)))
     for lane, (r, rt, d, s) in enumerate(boundary):
         want_rate, want_inc = RefTimely(rate_bps=r, stage=s).rate_update(p, rt, d, LINE)
@@ -1188,7 +1192,8 @@ def test_timely_first_sample_and_once_per_round():
     st, refs = make_state(lanes), [RefTimely(**lane) for lane in pad(lanes, {})]
     time_ps, data_sent = [1_000 * US] * F, [1_000 * US - 102 * US] * F
     acked, sent = pad([1, 9, 10], 0), pad([6, 15, 17], 0)
-    st = timely_on_ack(cp, st, make_ack(time_ps=time_ps, data_sent_ps=data_sent, acked_packets=acked, sent_packets=sent))
+    ev = make_ack(time_ps=time_ps, data_sent_ps=data_sent, acked_packets=acked, sent_packets=sent)
+    st = timely_on_ack(cp, st, ev)
     for lane, ref in enumerate(refs):
         ref.ack(p, time_ps[lane], data_sent[lane], acked[lane], sent[lane], LINE)
     host = check_lanes(st, refs, "TIMELY")

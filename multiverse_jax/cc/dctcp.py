@@ -22,7 +22,7 @@ from multiverse_jax.components.cc import CcParams, CcState
 
 def update_alpha(alpha, marks, acks, g):
     """alpha <- (1 - g) alpha + g F with F = marks / acks of the last window of data."""
-    fraction = jnp.minimum(1.0, marks / jnp.maximum(acks, 1))
+    fraction = jnp.minimum(1.0, jnp.asarray(marks, jnp.float64) / jnp.maximum(acks, 1))
     return (1.0 - g) * alpha + g * fraction
 
 

@@ -5,7 +5,9 @@ as in the HPCC ns-3 code), with the RTT sample of that ACK (ACK arrival minus th
 packet's send time):
 
     rtt_diff = (1 - alpha) rtt_diff + alpha (rtt - prev_rtt);  gradient = rtt_diff / minRTT
-    rtt < T_low:            rate += delta                 (additive increase)
+    rtt < T_low:            rate += delta                 (additive increase; the hyper-
+                                                          active step after ``hai_after``
+                                                          consecutive increases, as ns-3)
     rtt > T_high:           rate *= 1 - beta (1 - T_high / rtt)
     gradient <= 0:          rate += N delta  (N = 1, or the hyper-active step after
                                               ``hai_after`` consecutive increases)
