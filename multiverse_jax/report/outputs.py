@@ -114,6 +114,7 @@ def plot_timeseries(
     peak queue, labelled ``src->dst`` (node ids). ``flow_series`` and ``port_series`` are
     mappings of equal-length columns (``FLOW_SERIES_COLUMNS``, ``PORT_SERIES_COLUMNS``).
     """
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -147,9 +148,10 @@ def plot_timeseries(
     fig = Figure(figsize=(8, 7), dpi=100)
     FigureCanvasAgg(fig)
     ax_rate, ax_queue = fig.subplots(2, 1, sharex=True)
-    for i in shown_ids:
+    palette = matplotlib.colormaps["tab20" if len(shown_ids) > 10 else "tab10"]
+    for k, i in enumerate(shown_ids):
         t, v = lines[i]
-        ax_rate.plot(t, v, lw=1.0, label=f"flow {i}")
+        ax_rate.plot(t, v, lw=1.0, color=palette(k % palette.N), label=f"flow {i}")
     if show_mean:
         times, inverse = np.unique(f_time, return_inverse=True)
         mean = np.bincount(inverse, weights=rate) / np.bincount(inverse)
@@ -178,13 +180,16 @@ def plot_timeseries(
         first = np.flatnonzero(mask)[0]
         ax_queue.plot(t[o], q[o], lw=1.0, label=f"{int(src[first])}->{int(dst[first])}")
     if busiest:
-        ax_queue.legend(fontsize="x-small", ncol=4, loc="upper left", title="port (src->dst node)", title_fontsize="x-small")
+        ax_queue.legend(
+            fontsize="x-small", ncol=4, loc="upper left", title="port (src->dst node)", title_fontsize="x-small"
+        )
     else:
         message = "no queue built up" if port.size else "no samples"
         ax_queue.text(0.5, 0.5, message, ha="center", va="center", transform=ax_queue.transAxes)
     ax_queue.set_ylabel("queue (KB)")
     ax_queue.set_xlabel("time (µs)")
-    ax_queue.set_title(f"queue depth of the {len(busiest)} ports with the largest peak", fontsize="medium")
+    ports_title = f"queue depth of the {len(busiest)} port{'s' if len(busiest) != 1 else ''} with the largest peak"
+    ax_queue.set_title(ports_title if busiest else "queue depth", fontsize="medium")
     ax_queue.set_ylim(bottom=0)
     ax_queue.set_xlim(left=0)
     ax_queue.grid(True, alpha=0.3)

@@ -39,9 +39,14 @@ class PlotError(Exception):
 
 def _flow_ids(text: str) -> list[int]:
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        ids = [int(part) for part in text.split(",") if part.strip()]
+        if not ids:
+            raise ValueError
+        return ids
     except ValueError:
-        raise argparse.ArgumentTypeError(f"flow ids must be integers (e.g. --flows 0 3 7 or --flows 0,3,7), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"flow ids must be integers (e.g. --flows 0 3 7 or --flows 0,3,7), got {text!r}"
+        ) from None
 
 
 def _positive(text: str) -> int:
@@ -57,9 +62,12 @@ def _positive(text: str) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Plot the time series of a multiverse-jax run (sending rate per flow, queue depth of the busiest ports).",
+        description="Plot the time series of a multiverse-jax run: sending rate per flow, queue depth of the "
+        "busiest ports.",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", type=Path, help=f"run directory holding {FLOW_SERIES_FILE} and {PORT_SERIES_FILE}")
+    p.add_argument(
+        "run_dir", metavar="RUN_DIR", type=Path, help=f"run directory holding {FLOW_SERIES_FILE} and {PORT_SERIES_FILE}"
+    )
     p.add_argument("--out", type=Path, default=None, help=f"PNG to write (default: RUN_DIR/{TIMESERIES_PLOT_FILE})")
     p.add_argument(
         "--flows",
@@ -69,7 +77,9 @@ def parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="flow ids to plot, space- or comma-separated (default: every flow, or an evenly spaced 16 plus the mean)",
     )
-    p.add_argument("--ports", type=_positive, default=8, metavar="N", help="plot the N ports with the largest peak queue (default 8)")
+    p.add_argument(
+        "--ports", type=_positive, default=8, metavar="N", help="plot the N ports with the largest peak queue (default 8)"
+    )
     return p
 
 
@@ -79,13 +89,16 @@ def read_series(run_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndar
 
     if not run_dir.is_dir():
         what = "is not a directory" if run_dir.exists() else "does not exist"
-        raise PlotError(f"run directory {run_dir} {what} (expected a multiverse-jax run directory with {FLOW_SERIES_FILE} and {PORT_SERIES_FILE})")
+        raise PlotError(
+            f"run directory {run_dir} {what} "
+            f"(expected a multiverse-jax run directory with {FLOW_SERIES_FILE} and {PORT_SERIES_FILE})"
+        )
     paths = (run_dir / FLOW_SERIES_FILE, run_dir / PORT_SERIES_FILE)
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
         raise PlotError(
-            f"{run_dir} has no {' or '.join(missing)}: time series are written only by a run with "
-            "sim.sample_interval_us > 0 (run with sim.sample_interval_us > 0, e.g. multiverse-jax sim.sample_interval_us=5)"
+            f"{run_dir} has no {' or '.join(missing)} (expected the time series of a multiverse-jax run: "
+            "run with sim.sample_interval_us > 0, e.g. multiverse-jax sim.sample_interval_us=5)"
         )
     series = []
     for path, columns in zip(paths, (FLOW_SERIES_COLUMNS, PORT_SERIES_COLUMNS)):
@@ -95,7 +108,8 @@ def read_series(run_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndar
             raise PlotError(f"cannot read {path}: {' '.join(str(exc).split())}") from None
         absent = [c for c in columns if c not in table.column_names]
         if absent:
-            raise PlotError(f"{path} lacks column{'s' if len(absent) > 1 else ''} {', '.join(absent)} (expected {', '.join(columns)})")
+            plural = "s" if len(absent) > 1 else ""
+            raise PlotError(f"{path} lacks column{plural} {', '.join(absent)} (expected {', '.join(columns)})")
         series.append({c: table.column(c).to_numpy() for c in columns})
     return series[0], series[1]
 

@@ -1,6 +1,9 @@
 """Sample: record the time series (``components/samples.py``) at the end of a window that
-reaches the next sample time; the following sample is due one interval after this one.
-An idle jump of the clock takes no samples (nothing changes while the network is idle)."""
+reaches the next sample time. Sample times are due on the grid of multiples of the
+interval: the next one is the first grid time after this window's end, so there is at
+most one sample per interval, and samples are taken at window ends (up to one window
+after their grid time). An idle jump of the clock takes no samples (nothing changes
+while the network is idle)."""
 
 from __future__ import annotations
 
