@@ -75,7 +75,11 @@ def next_send_ps(params: Params, cc: CcState, flow, start_ps, serialization_ps, 
 def on_send(params: Params, cc: CcState, sent, wire_bytes, start_ps) -> CcState:
     """Per-flow bookkeeping of sent packets (DCQCN's byte counter). Arrays (F,)."""
     counted = dcqcn.on_send(params.cc, cc, sent, wire_bytes, start_ps)
-    return jax.tree.map(lambda a, b: jnp.where(params.cc_kind == CC_DCQCN, a, b), counted, cc)
+    is_dcqcn = params.cc_kind == CC_DCQCN
+    return cc.replace(
+        bytes_counted=jnp.where(is_dcqcn, counted.bytes_counted, cc.bytes_counted),
+        byte_event_ps=jnp.where(is_dcqcn, counted.byte_event_ps, cc.byte_event_ps),
+    )
 
 
 def timers_active(params: Params, state: State):

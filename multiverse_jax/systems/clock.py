@@ -19,7 +19,8 @@ def clock(params: Params, state: State, window_end_ps) -> State:
         pkts = state.packets
         next_arrival = jnp.min(jnp.where(pkts.pkt_valid & pkts.pkt_in_flight, pkts.pkt_time_ps, NEVER))
         anything_queued = jnp.any(pkts.pkt_valid & ~pkts.pkt_in_flight)
-        next_send = jnp.min(jnp.where(nic_send.sendable(params, state), nic_send.ready_ps(params, state), NEVER))
+        sendable, ready_ps = nic_send.sendable_and_ready(params, state)
+        next_send = jnp.min(jnp.where(sendable, ready_ps, NEVER))
         next_event = jnp.minimum(jnp.minimum(next_arrival, next_send), jnp.where(anything_queued, window_end_ps, NEVER))
         next_event = jnp.minimum(next_event, cc.next_timer_ps(params, state))
         stalled = ~state.done & (next_event == NEVER)

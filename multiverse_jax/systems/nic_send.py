@@ -33,17 +33,15 @@ class NicOffer:
     has_slot: jnp.ndarray  # (H,) bool the host has a free slot
 
 
-def sendable(params: Params, state: State):
-    """(F,) bool: started, packets left, and congestion control's window opens in this window."""
+def sendable_and_ready(params: Params, state: State):
+    """(F,) bool: started, packets left and the CC window opens in this window; and (F,)
+    int64 when each flow may start its next packet (started, paced, window open)."""
     fp, fs = params.flows, state.flows
+    gate_ps = cc.gate_ps(params, state)
     started = fp.flow_valid & (fs.flow_begin_ps != NEVER)
-    return started & (fs.flow_sent_packets < fp.flow_n_packets) & (cc.gate_ps(params, state) != NEVER)
-
-
-def ready_ps(params: Params, state: State):
-    """(F,) int64 when each flow may start its next packet: started, paced, window open."""
-    fs = state.flows
-    return jnp.maximum(jnp.maximum(fs.flow_begin_ps, fs.flow_next_send_ps), cc.gate_ps(params, state))
+    sendable = started & (fs.flow_sent_packets < fp.flow_n_packets) & (gate_ps != NEVER)
+    ready = jnp.maximum(jnp.maximum(fs.flow_begin_ps, fs.flow_next_send_ps), gate_ps)
+    return sendable, ready
 
 
 def offer(params: Params, state: State, now_ps, n_classes: int) -> NicOffer:
@@ -51,7 +49,7 @@ def offer(params: Params, state: State, now_ps, n_classes: int) -> NicOffer:
     fp, fs = params.flows, state.flows
     n_hosts, n_flows = params.nics.nic_port.shape[0], fp.flow_src.shape[0]
     queue = fp.flow_src * n_classes + fp.flow_priority
-    ready, flow = fifo_head(sendable(params, state), ready_ps(params, state), queue, n_hosts * n_classes, now_ps)
+    ready, flow = fifo_head(*sendable_and_ready(params, state), queue, n_hosts * n_classes, now_ps)
     ready, flow = ready.reshape(n_hosts, n_classes), jnp.minimum(flow, n_flows - 1).reshape(n_hosts, n_classes)
     seq = fs.flow_sent_packets[flow]
     n_packets = fp.flow_n_packets[flow]
