@@ -167,3 +167,23 @@ def test_mixed_cc_batches_share_one_program():
     state, _ = engine.run(second.params, second.state, steps_per_call=16)
     assert engine.advance._cache_size() == programs
     assert np.all(np.asarray(state.done)) and np.all(np.asarray(state.error) == 0)
+
+
+def test_strict_priority_among_data_classes():
+    """Three senders into h0, 400 KB each, priorities 0, 1, 2 (0 highest): the port into h0
+    serves them in priority order, so they finish in that order, the first about as fast
+    as alone; with equal priorities the same flow shares the port and takes longer."""
+    src, size = np.array([4, 8, 12]), 400_000
+    by_prio = make_flows(src, 0, size, 0, prio=np.array([2, 0, 1]))
+    equal = make_flows(src, 0, size, 0)
+    alone = make_flows(src[1:2], 0, size, 0)
+    static = dataclasses.replace(SMALL, n_data_classes=3)
+    r_prio, r_equal, r_alone = simulate(
+        [Experiment(K4, by_prio), Experiment(K4, equal), Experiment(K4, alone)],
+        slots_per_host=SMALL.slots_per_host,
+        static=static,
+    )
+    finish = r_prio.flows["finish_us"]
+    assert finish[1] < finish[2] < finish[0], finish  # prio 0 (h8), then 1 (h12), then 2 (h4)
+    assert finish[1] <= 1.05 * r_alone.flows["finish_us"][0], (finish, r_alone.flows["finish_us"])
+    assert r_equal.flows["finish_us"][1] > 1.3 * finish[1], (finish, r_equal.flows["finish_us"])
