@@ -17,8 +17,11 @@ compiled program serves them all; checked with ``engine.advance._cache_size()``)
 and run once untimed (warm-up), then timed with ``engine.run``, the CCs' runs interleaved
 (one of each per round, until each has ``--min-time``) so that a change of machine load
 hits every CC alike. Cost per step = median wall seconds / windows stepped (the sum of
-the experiments' ``n_windows``); also wall per simulated µs. Both are printed relative
-to ``none`` (and the per-step cost of each CC's fastest run, relative to none's fastest).
+the experiments' ``n_windows``); also wall per simulated µs and per packet-hop (every CC
+moves the same packets over paths of the same lengths here: lossless, no retransmission,
+shortest paths, so this one compares their work on equal traffic, however busy their
+windows are). All are printed relative to ``none``; ``best vs none`` compares the per-step
+cost of each CC's fastest run with none's fastest.
 The timed runs must step exactly the windows of the 30-experiment batch (checked).
 
 Exit status 1 if any experiment failed (the tables and files are still written).
@@ -81,8 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         default="auto",
         help="how a batch runs: vmap (lockstep), map (loop inside the program), auto (map on CPU, vmap otherwise)",
     )
-    p.add_argument("--min-time", type=float, default=3.0, help="repeat the timed per-CC runs while each CC's total is below this (s)")
-    p.add_argument("--max-repeats", type=int, default=20, help="most timed runs of each CC")
+    p.add_argument("--min-time", type=float, default=3.0, help="repeat the timed per-CC runs while each CC's total is below this (s, default 3)")
+    p.add_argument("--max-repeats", type=int, default=20, help="most timed runs of each CC (default 20)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT}); plots go next to it")
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
     p.add_argument("--quick", action="store_true", help="smoke run: 100 KB flows")
@@ -144,7 +147,7 @@ def bottleneck_port(topo) -> int:
 
 
 class CompileClock:
-    """Sums JAX's own compile-phase durations (trace, lower, backend compile) while enabled."""
+    """Sums JAX's own compile-phase durations (trace, lower, backend compile) since the last ``take()``."""
 
     EVENTS = (
         "/jax/core/compile/jaxpr_trace_duration",
@@ -305,6 +308,9 @@ def cost_row(p: dict, labels) -> dict:
         "wall_us_per_window": wall / windows.sum() * 1e6,
         "wall_us_per_window_min": min(walls) / windows.sum() * 1e6,
         "wall_us_per_sim_us": wall * 1e6 / sim_us,
+        # packet-hops are the same for every CC here (lossless, same packets, equal-length paths), so
+        # this compares the CCs' work on the same traffic, however busy their windows are
+        "wall_ns_per_packet_hop": wall * 1e9 / max(int(np.sum(host["hops"])), 1),
         # under vmap (lockstep) the batch steps max(n_windows) windows, each over all E
         "wall_us_per_batch_step": wall / windows.max() * 1e6,
     }
@@ -353,6 +359,8 @@ COST_COLUMNS = [
     ("best vs none", "per_window_min_vs_none", "{:.2f}x", 12),
     ("wall µs/sim µs", "wall_us_per_sim_us", "{:.1f}", 14),
     ("vs none", "per_sim_us_vs_none", "{:.2f}x", 7),
+    ("ns/hop", "wall_ns_per_packet_hop", "{:,.0f}", 6),
+    ("vs none", "per_hop_vs_none", "{:.2f}x", 7),
     ("runs", "n_runs", "{:d}", 4),
     ("compiles", "programs_compiled_first_call", "{:d}", 8),
 ]
@@ -495,7 +503,7 @@ def metadata(args, slots: int, static) -> dict:
             "CCs, one compiled program); wall_s = median of timed runs after a compile call and an untimed warm-up run; "
             "the CCs' timed runs are interleaved (one of each per round) so load changes hit all alike",
             "wall_us_per_window = wall_s / sum of the experiments' n_windows (*_min: from the fastest run); "
-            "wall_us_per_sim_us = wall_s / sum of simulated µs; wall_us_per_batch_step = wall_s / max n_windows (vmap's lockstep steps)",
+            "wall_us_per_sim_us = wall_s / sum of simulated µs; wall_ns_per_packet_hop = wall_s / packet_hops; wall_us_per_batch_step = wall_s / max n_windows (vmap's lockstep steps)",
         ],
     }
 
@@ -529,7 +537,7 @@ def main(argv=None) -> int:
         r["same_fcts_as_none"] = same_as_none(results, labels, e)
     print(
         "ECN marks: CE-marked data packets at the receivers (switches mark under every CC); "
-        "CNPs: ACKs flagged as CNPs (flagged under every CC, only DCQCN acts on them)"
+        "CNPs: ACKs the receivers flagged as congestion notifications (DCQCN only)"
     )
     for cc in CCS[1:]:
         same = [r for r in rows if r["cc"] == cc and r["same_fcts_as_none"]]
@@ -554,6 +562,7 @@ def main(argv=None) -> int:
         row["per_window_vs_none"] = row["wall_us_per_window"] / base["wall_us_per_window"]
         row["per_window_min_vs_none"] = row["wall_us_per_window_min"] / base["wall_us_per_window_min"]
         row["per_sim_us_vs_none"] = row["wall_us_per_sim_us"] / base["wall_us_per_sim_us"]
+        row["per_hop_vs_none"] = row["wall_ns_per_packet_hop"] / base["wall_ns_per_packet_hop"]
     doc["metadata"]["loadavg_after_timing"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     print_table(COST_COLUMNS, cost)
     recompiled = [r["cc"] for r in cost[1:] if r["programs_compiled_first_call"] or r["programs_compiled_timed"]]

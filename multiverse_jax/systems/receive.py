@@ -3,7 +3,7 @@ into its ACK (a real ``ack_bytes`` packet, control class) queued at the receiver
 the data packet's arrival time.
 
 The ACK echoes the data packet's ECN mark and in-band telemetry (same slot). DCQCN's
-notification point: the earliest ECN-marked arrival of a flow in the window makes its
+notification point (DCQCN experiments only): the earliest ECN-marked arrival of a flow in the window makes its
 ACK carry a CNP if the flow's last CNP is at least ``dcqcn.cnp_interval`` old (so at most
 one CNP per flow per interval, and per window).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.components.experiment import CC_DCQCN, Params, State
 from multiverse_jax.systems.common import count_by, fifo_head, latest_by
 
 
@@ -42,7 +42,11 @@ def receive(params: Params, state: State, window_end_ps) -> State:
         n_slots = pkts.pkt_valid.shape[0]
         marked_ps, marked_slot = fifo_head(delivered & pkts.pkt_ecn, pkts.pkt_time_ps, pkts.pkt_flow, n_flows, window_start_ps)
         cc = state.cc
-        cnp_due = (marked_slot < n_slots) & (marked_ps - cc.last_cnp_ps >= params.cc.dcqcn_cnp_interval_ps)
+        cnp_due = (
+            (params.cc_kind == CC_DCQCN)
+            & (marked_slot < n_slots)
+            & (marked_ps - cc.last_cnp_ps >= params.cc.dcqcn_cnp_interval_ps)
+        )
         packets = pkts.replace(
             pkt_is_ack=pkts.pkt_is_ack | delivered,
             pkt_bytes=jnp.where(delivered, params.ack_bytes, pkts.pkt_bytes),
