@@ -37,12 +37,14 @@ from multiverse_jax.components.packets import PacketState
 from multiverse_jax.components.ports import PortParams, PortState
 from multiverse_jax.components.samples import SampleState
 from multiverse_jax.components.static import Static
+from multiverse_jax.components.tasks import TaskParams, TaskState
 from multiverse_jax.errors import InputError
 from multiverse_jax.systems.common import mix32
 from multiverse_jax.topology.graph import PS_PER_US, Topology
 from multiverse_jax.topology.routing import EcmpTable, ecmp_table
 from multiverse_jax.workload.flows import FlowSet, check_hosts
 from multiverse_jax.workload.routes import PinnedRoutes
+from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
 from multiverse_jax.workload.triggers import check_triggers, trigger_tables
 
 NEVER = np.iinfo(np.int64).max
@@ -77,6 +79,8 @@ class Experiment:
     seed: int = 0  # sim.seed
     max_time_us: float = 1e6  # sim.max_time_us
     ecmp: EcmpTable | None = None  # precomputed routing of ``topology`` (built if None)
+    tasks: TaskGraph | None = None  # a task DAG in host ids (``workload/placement.py``); its flow
+    #   tasks are ``flows`` (``TaskGraph.flow_set()``), started by the scheduler
 
     def validate(self) -> EcmpTable:
         """Check every value a user sets; returns the routing table. InputError names the key."""
@@ -123,6 +127,18 @@ class Experiment:
             )
         if len(self.flows) == 0:
             raise InputError("the workload has no flows", source=self.flows.source)
+        if self.tasks is not None:
+            if len(self.flows) != self.tasks.flow_tasks.size or np.any(self.flows.flow_id != self.tasks.flow_tasks):
+                raise InputError(
+                    "the flows of a task experiment must be its task graph's flows (use tasks.flow_set())",
+                    source=self.tasks.source,
+                )
+            if self.tasks.n_gpus > self.topology.n_hosts:
+                raise InputError(
+                    f"the task graph runs on {self.tasks.n_gpus} GPUs but topology {self.topology.name} has only "
+                    f"{self.topology.n_hosts} hosts (place the graph on the hosts, or choose a larger topology)",
+                    source=self.tasks.source,
+                )
         table = self.ecmp if self.ecmp is not None else ecmp_table(self.topology)
         check_hosts(self.flows, self.topology.n_hosts, table.hops)
         check_triggers(self.flows)
@@ -186,6 +202,8 @@ def _static_of(experiments, derived, slots_per_host: int, n_samples: int) -> Sta
         pfc_history=history,
         int_hops=max(1, biggest(switch_hops)),
         n_samples=n_samples if any(e.sample_interval_us > 0 for e in experiments) else 1,
+        n_tasks=max(1, biggest(lambda e, d: len(e.tasks) if e.tasks is not None else 0)),
+        task_deps=max(1, biggest(lambda e, d: e.tasks.deps.shape[1] if e.tasks is not None else 0)),
     )
 
 
@@ -303,6 +321,31 @@ def _cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s: Stati
     )
 
 
+def _task_arrays(graph: TaskGraph | None, s: Static) -> tuple[TaskParams, TaskState]:
+    """Padded task arrays (one invalid dummy task without a graph)."""
+    n = s.n_tasks
+    if graph is None:
+        params = TaskParams(
+            task_valid=np.zeros(n, bool),
+            task_is_flow=np.zeros(n, bool),
+            task_duration_ps=np.zeros(n, np.int64),
+            task_flow=np.full(n, -1, np.int32),
+            task_deps=np.full((n, s.task_deps), -1, np.int32),
+        )
+    else:
+        flow_of_task = np.full(len(graph), -1, np.int32)
+        flow_of_task[graph.flow_tasks] = np.arange(graph.flow_tasks.size, dtype=np.int32)
+        params = TaskParams(
+            task_valid=_pad(np.ones(len(graph), bool), (n,), False),
+            task_is_flow=_pad(graph.kind == TASK_FLOW, (n,), False),
+            task_duration_ps=_pad(graph.duration_ps.astype(np.int64), (n,), 0),
+            task_flow=_pad(flow_of_task, (n,), -1),
+            task_deps=_pad(graph.deps.astype(np.int32), (n, s.task_deps), -1),
+        )
+    state = TaskState(task_start_ps=np.full(n, NEVER, np.int64), task_finish_ps=np.full(n, NEVER, np.int64))
+    return params, state
+
+
 def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[Params, State]:
     """Unbatched, padded NumPy Params and initial State of one experiment."""
     topo, flows = exp.topology, exp.flows
@@ -333,7 +376,9 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
     activator, activator_is_recv, rank = derived.triggers
     routes = exp.routes if exp.routes is not None else PinnedRoutes.none(n_flows)
     n_packets = -(-flows.size_bytes // exp.payload_bytes)
-    triggered = flows.trigger >= 0
+    graph = exp.tasks
+    flow_task = graph.flow_tasks if graph is not None else np.full(n_flows, -1)
+    triggered = (flows.trigger >= 0) | (flow_task >= 0)  # waits on a trigger or a task
     start_ps = np.where(triggered, NEVER, flows.start_ps).astype(np.int64)
     flow_params = FlowParams(
         flow_valid=_pad(np.ones(n_flows, bool), (s.n_flows,), False),
@@ -345,6 +390,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         flow_hash=_pad(flow_hash(exp.seed, n_flows), (s.n_flows,), 0),
         flow_priority=_pad(flows.prio.astype(np.int32), (s.n_flows,), 0),
         flow_trigger=_pad(flows.trigger.astype(np.int32), (s.n_flows,), -1),
+        flow_task=_pad(flow_task.astype(np.int32), (s.n_flows,), -1),
         flow_trigger_rank=_pad(rank.astype(np.int32), (s.n_flows,), 0),
         flow_pinned_data=_pad(routes.data_ports.astype(np.int32), (s.n_flows, s.pinned_len), -1),
         flow_pinned_ack=_pad(routes.ack_ports.astype(np.int32), (s.n_flows, s.pinned_len), -1),
@@ -352,12 +398,14 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         trigger_activator_is_recv=_pad(activator_is_recv.astype(bool), (s.n_triggers, s.n_activators), False),
     )
     cc_params = _cc_params(exp, derived.ecmp)
+    task_params, task_state = _task_arrays(graph, s)
     params = Params(
         links=links,
         ports=ports,
         nodes=nodes,
         nics=nics,
         flows=flow_params,
+        tasks=task_params,
         window_ps=np.int64(topo.link_delay_ps.min()),
         payload_bytes=np.int32(exp.payload_bytes),
         header_bytes=np.int32(exp.header_bytes),
@@ -415,6 +463,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
             flow_flowlet=np.zeros(s.n_flows, np.uint32),
         ),
         cc=_cc_state(exp, cc_params, topo.link_rate_bps[host_port[flows.src]], s),
+        tasks=task_state,
         samples=SampleState(
             sample_count=np.int64(0),
             next_sample_ps=np.int64(round(exp.sample_interval_us * PS_PER_US)) if exp.sample_interval_us > 0 else NEVER,

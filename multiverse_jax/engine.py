@@ -25,6 +25,7 @@ from multiverse_jax.systems.forward import set_forward_plan
 from multiverse_jax.systems.pfc import pfc
 from multiverse_jax.systems.receive import receive
 from multiverse_jax.systems.sample import sample
+from multiverse_jax.systems.schedule import schedule
 from multiverse_jax.systems.transmit import transmit
 
 
@@ -41,6 +42,7 @@ def step(params: Params, state: State) -> State:
     state = congestion_control(params, state, window_end_ps)  # ACKs and timers -> rates, windows
     state = ack(params, state, window_end_ps)  # ACKs at senders
     state = complete(params, state)  # finish times -> triggers -> flow starts
+    state = schedule(params, state)  # task DAG: starts, finishes -> flow starts
     state = transmit(params, state, window_end_ps)  # NICs and switch ports serialise
     state = pfc(params, state, window_end_ps)  # pause / resume decisions
     state = sample(params, state, window_end_ps)  # time series

@@ -12,6 +12,7 @@ from multiverse_jax import engine
 from multiverse_jax.batch import Batch, Experiment, build_batch
 from multiverse_jax.components.experiment import ERROR_MESSAGES, NEVER, State
 from multiverse_jax.components.static import Static
+from multiverse_jax.report.timeline import iteration_split, task_columns
 from multiverse_jax.timeseries import SampleCollector
 
 PS_PER_US = 1e6
@@ -25,6 +26,7 @@ class Result:
     summary: dict  # scalars: status, error, simulated time, windows, packet hops, queues
     port_max_queue_bytes: np.ndarray  # (P,) largest queue of each egress port
     flow_series: dict[str, np.ndarray] | None = None  # time series per (sample, flow); None if not sampled
+    tasks: dict[str, np.ndarray] | None = None  # per-task table (``report/timeline.py``); None without a task graph
     port_series: dict[str, np.ndarray] | None = None  # time series per (sample, port)
 
     @property
@@ -79,6 +81,8 @@ def results(
             "max_queue": state.ports.port_max_queue_bytes,
             "pauses": state.links.pfc_pause_count,
             "tx_bytes": state.ports.port_tx_bytes,
+            "task_start": state.tasks.task_start_ps,
+            "task_finish": state.tasks.task_finish_ps,
         }
     )
     out = []
@@ -106,6 +110,11 @@ def results(
         }
         if timings:
             summary.update({f"batch_{k}": v for k, v in timings.items()})
+        tasks = None
+        if experiment.tasks is not None:
+            n_tasks = len(experiment.tasks)
+            tasks = task_columns(experiment.tasks, host["task_start"][e, :n_tasks], host["task_finish"][e, :n_tasks])
+            summary.update(iteration_split(tasks, experiment.tasks.n_gpus))
         flow_series = port_series = None
         if collector is not None and experiment.sample_interval_us > 0:
             topo = experiment.topology
@@ -117,6 +126,7 @@ def results(
                 port_max_queue_bytes=host["max_queue"][e, :n_ports],
                 flow_series=flow_series,
                 port_series=port_series,
+                tasks=tasks,
             )
         )
     return out

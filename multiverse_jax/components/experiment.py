@@ -15,6 +15,7 @@ from multiverse_jax.components.nodes import NicParams, NodeParams
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.components.ports import PortParams, PortState
 from multiverse_jax.components.samples import SampleState
+from multiverse_jax.components.tasks import TaskParams, TaskState
 
 NEVER = jnp.iinfo(jnp.int64).max  # a time that never comes
 
@@ -50,6 +51,7 @@ class Params:
     nodes: NodeParams
     nics: NicParams
     flows: FlowParams
+    tasks: TaskParams
     window_ps: chex.Array  # () int64 lookahead: the smallest link delay
     payload_bytes: chex.Array  # () int32 payload of a full data packet
     header_bytes: chex.Array  # () int32 header bytes added to every data packet
@@ -70,6 +72,7 @@ class State:
     packets: PacketState
     flows: FlowState
     cc: CcState
+    tasks: TaskState
     samples: SampleState
     done: chex.Array  # () bool every flow has finished
     error: chex.Array  # () int32 ERROR_* bits

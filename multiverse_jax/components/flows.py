@@ -17,6 +17,7 @@ class FlowParams:
     flow_hash: chex.Array  # (F,) uint32 seeded per-flow ECMP hash
     flow_priority: chex.Array  # (F,) int32 data class: 0 (highest) .. C-1
     flow_trigger: chex.Array  # (F,) int32 trigger the flow waits on, or -1
+    flow_task: chex.Array  # (F,) int32 task whose start starts the flow, or -1
     flow_trigger_rank: chex.Array  # (F,) int32 activations of that trigger needed to start
     flow_pinned_data: chex.Array  # (F, M) int32 pinned data path (ports, source first), -1 = ECMP
     flow_pinned_ack: chex.Array  # (F, M) int32 pinned ACK path, -1 = ECMP

@@ -22,6 +22,8 @@ class Static:
     int_hops: int = 1  # Hi: in-band telemetry entries per packet (switch hops of the longest path; 1 without HPCC)
     n_data_classes: int = 1  # C: strict-priority data classes per port (flow priorities 0..C-1)
     n_samples: int = 1  # R: time-series ring size (>= windows per compiled call when sampling)
+    n_tasks: int = 1  # T: tasks of the workload's DAG (1 dummy without one)
+    task_deps: int = 1  # D: most dependencies of one task
 
     @property
     def n_slots(self) -> int:

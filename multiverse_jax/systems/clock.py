@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, NEVER, Params, State
 from multiverse_jax.systems import cc, nic_send
+from multiverse_jax.systems.schedule import last_finish_ps
 
 
 def clock(params: Params, state: State, window_end_ps) -> State:
@@ -26,8 +27,9 @@ def clock(params: Params, state: State, window_end_ps) -> State:
         stalled = ~state.done & (next_event == NEVER)
         stopped = state.done | stalled | (state.error != 0)  # a failed experiment stops where it failed
         next_time = jnp.where(stopped, state.time_ps, jnp.maximum(window_end_ps, next_event))
-        # A finished experiment's clock ends at its last event: the last ACK of its last flow.
+        # A finished experiment's clock ends at its last event: the last ACK of its last flow, or its last task.
         last_finish = jnp.max(jnp.where(params.flows.flow_valid, state.flows.flow_finish_ps, 0))
+        last_finish = jnp.maximum(last_finish, last_finish_ps(params, state))  # a task may end last
         next_time = jnp.where(state.done, jnp.maximum(state.time_ps, last_finish), next_time)
         over_time = ~state.done & (next_time > params.max_time_ps)
         return state.replace(

@@ -1,0 +1,125 @@
+"""Training-iteration results of a task experiment: the per-task table, the iteration
+time and its split into compute, exposed communication and bubbles, and a Gantt chart.
+
+Per GPU, over the iteration [0, T] (T = the last task's finish):
+  compute        = time covered by its compute tasks (category "compute");
+  exposed comm   = time covered by its communication tasks (everything else that takes
+                   time: flows it sends, analytical collectives) but by no compute task;
+  bubble         = T - compute - exposed comm (the GPU waits on others).
+The summary reports the mean over GPUs of each (and they add up to T).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
+
+PS_PER_US = 1e6
+NEVER = np.iinfo(np.int64).max
+
+
+def task_columns(graph: TaskGraph, start_ps: np.ndarray, finish_ps: np.ndarray) -> dict[str, np.ndarray]:
+    """One row per task (times in µs; NaN if it never ran)."""
+
+    def us(ps):
+        return np.where(ps == NEVER, np.nan, ps / PS_PER_US)
+
+    return {
+        "task": np.arange(len(graph)),
+        "name": graph.name.astype(str),
+        "category": graph.category.astype(str),
+        "kind": np.where(graph.kind == TASK_FLOW, "flow", "delay"),
+        "gpu": graph.gpu,
+        "peer": graph.peer,
+        "stream": graph.stream.astype(np.int32),
+        "size_bytes": graph.size_bytes,
+        "start_us": us(start_ps),
+        "finish_us": us(finish_ps),
+    }
+
+
+def _covered(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Union of intervals, as sorted disjoint intervals."""
+    merged: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if b <= a:
+            continue
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def _length(intervals) -> float:
+    return float(sum(b - a for a, b in intervals))
+
+
+def _minus(intervals, removed) -> float:
+    """Length of ``intervals`` not covered by ``removed`` (both disjoint and sorted)."""
+    total = 0.0
+    for a, b in intervals:
+        covered = 0.0
+        for c, d in removed:
+            if d <= a or c >= b:
+                continue
+            covered += min(b, d) - max(a, c)
+        total += (b - a) - covered
+    return total
+
+
+def iteration_split(columns: dict[str, np.ndarray], n_gpus: int) -> dict[str, float]:
+    """Iteration time and the mean per-GPU compute / exposed comm / bubble, in µs."""
+    finish = columns["finish_us"]
+    if finish.size == 0 or np.all(np.isnan(finish)):
+        return {"iteration_time_us": float("nan")}
+    iteration = float(np.nanmax(finish))
+    compute_us, comm_us = np.zeros(n_gpus), np.zeros(n_gpus)
+    is_compute = columns["category"] == "compute"
+    for g in range(n_gpus):
+        mine = (columns["gpu"] == g) & ~np.isnan(columns["start_us"]) & ~np.isnan(finish)
+        comp = _covered(list(zip(columns["start_us"][mine & is_compute], finish[mine & is_compute])))
+        comm = _covered(list(zip(columns["start_us"][mine & ~is_compute], finish[mine & ~is_compute])))
+        compute_us[g] = _length(comp)
+        comm_us[g] = _minus(comm, comp)
+    used = np.unique(columns["gpu"])
+    compute, exposed = compute_us[used].mean(), comm_us[used].mean()
+    return {
+        "iteration_time_us": iteration,
+        "compute_us": float(compute),
+        "exposed_comm_us": float(exposed),
+        "bubble_us": float(iteration - compute - exposed),
+    }
+
+
+def plot_gantt(columns: dict[str, np.ndarray], path, title: str = "", max_gpus: int = 32) -> None:
+    """Gantt chart: one row per (GPU, stream), bars coloured by category."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ran = ~np.isnan(columns["start_us"]) & ~np.isnan(columns["finish_us"])
+    gpus = np.unique(columns["gpu"][ran])[:max_gpus]
+    categories = sorted(set(columns["category"][ran]))
+    colours = {c: plt.cm.tab10(i % 10) for i, c in enumerate(categories)}
+    rows = [(g, s) for g in gpus for s in np.unique(columns["stream"][ran & (columns["gpu"] == g)])]
+    fig, ax = plt.subplots(figsize=(12, max(2.5, 0.28 * len(rows) + 1)))
+    for y, (g, s) in enumerate(rows):
+        sel = ran & (columns["gpu"] == g) & (columns["stream"] == s)
+        for c in categories:
+            pick = sel & (columns["category"] == c)
+            if np.any(pick):
+                start = columns["start_us"][pick]
+                width = np.maximum(columns["finish_us"][pick] - start, 1e-3)
+                ax.broken_barh(list(zip(start, width)), (y - 0.4, 0.8), facecolors=colours[c])
+    ax.set_yticks(range(len(rows)), [f"gpu{g} s{s}" for g, s in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (µs)")
+    ax.set_title(title or "task timeline")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[c]) for c in categories]
+    ax.legend(handles, categories, loc="upper right", fontsize=7, ncols=min(len(categories), 6))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
