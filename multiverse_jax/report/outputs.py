@@ -28,6 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.table import Table
 
+from multiverse_jax.report.timeline import plot_gantt
+
 FCT_COLUMNS = ("id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us")
 FLOW_SERIES_FILE = "timeseries_flows.parquet"
 PORT_SERIES_FILE = "timeseries_ports.parquet"
@@ -226,6 +228,14 @@ def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict 
         if plots:
             files["timeseries_plot"] = run_dir / TIMESERIES_PLOT_FILE
             plot_timeseries(flow_series, port_series, files["timeseries_plot"], title=experiment.topology.name)
+    tasks = getattr(result, "tasks", None)
+    if tasks is not None:
+        files["tasks"] = run_dir / "tasks.parquet"
+        pq.write_table(pa.table({name: np.asarray(col) for name, col in tasks.items()}), files["tasks"])
+        if plots:
+            files["timeline"] = run_dir / "timeline.png"
+            iteration = result.summary.get("iteration_time_us", float("nan"))
+            plot_gantt(tasks, files["timeline"], title=f"{experiment.topology.name}: iteration {iteration:,.1f} µs")
     return files
 
 

@@ -94,18 +94,21 @@ def iteration_split(columns: dict[str, np.ndarray], n_gpus: int) -> dict[str, fl
 
 
 def plot_gantt(columns: dict[str, np.ndarray], path, title: str = "", max_gpus: int = 32) -> None:
-    """Gantt chart: one row per (GPU, stream), bars coloured by category."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Gantt chart: one row per (GPU, stream) of the first ``max_gpus`` GPUs, bars coloured by category."""
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
 
     ran = ~np.isnan(columns["start_us"]) & ~np.isnan(columns["finish_us"])
     gpus = np.unique(columns["gpu"][ran])[:max_gpus]
     categories = sorted(set(columns["category"][ran]))
-    colours = {c: plt.cm.tab10(i % 10) for i, c in enumerate(categories)}
+    palette = colormaps["tab10"]
+    colours = {c: palette(i % 10) for i, c in enumerate(categories)}
     rows = [(g, s) for g in gpus for s in np.unique(columns["stream"][ran & (columns["gpu"] == g)])]
-    fig, ax = plt.subplots(figsize=(12, max(2.5, 0.28 * len(rows) + 1)))
+    fig = Figure(figsize=(12, max(2.5, 0.28 * len(rows) + 1.2)), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
     for y, (g, s) in enumerate(rows):
         sel = ran & (columns["gpu"] == g) & (columns["stream"] == s)
         for c in categories:
@@ -115,11 +118,11 @@ def plot_gantt(columns: dict[str, np.ndarray], path, title: str = "", max_gpus: 
                 width = np.maximum(columns["finish_us"][pick] - start, 1e-3)
                 ax.broken_barh(list(zip(start, width)), (y - 0.4, 0.8), facecolors=colours[c])
     ax.set_yticks(range(len(rows)), [f"gpu{g} s{s}" for g, s in rows], fontsize=7)
-    ax.invert_yaxis()
+    ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlabel("time (µs)")
     ax.set_title(title or "task timeline")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[c]) for c in categories]
-    ax.legend(handles, categories, loc="upper right", fontsize=7, ncols=min(len(categories), 6))
+    handles = [Rectangle((0, 0), 1, 1, color=colours[c]) for c in categories]
+    if handles:
+        ax.legend(handles, categories, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.savefig(path)
