@@ -263,6 +263,17 @@ def summary_table(results, names=None, title: str = "multiverse-jax results") ->
         ("bytes on wire", lambda s: f"{s['bytes_on_wire']:,}"),
         ("wall time (s)", lambda s: f"{s['batch_wall_s']:.2f}" if "batch_wall_s" in s else "-"),
     )
+    if any("iteration_time_us" in r.summary for r in results):
+        metrics = (
+            metrics[:1]
+            + (
+                ("iteration time (µs)", lambda s: us(s.get("iteration_time_us", float("nan")))),
+                ("  compute (µs, mean/GPU)", lambda s: us(s.get("compute_us", float("nan")))),
+                ("  exposed comm (µs)", lambda s: us(s.get("exposed_comm_us", float("nan")))),
+                ("  bubbles (µs)", lambda s: us(s.get("bubble_us", float("nan")))),
+            )
+            + metrics[1:]
+        )
     table = Table(title=title)
     table.add_column("metric")
     for i in range(len(results)):
