@@ -44,10 +44,35 @@ from multiverse_jax.topology import KINDS as TOPOLOGY_KINDS, build_topology
 from multiverse_jax.topology.graph import PS_PER_US, Topology
 from multiverse_jax.workload.flows import FlowSet, make_flows
 from multiverse_jax.workload.htsim_cm import load_cm
+from multiverse_jax.workload.collectives import CommConfig
+from multiverse_jax.workload.placement import STRATEGIES as PLACEMENTS, place, placement
 from multiverse_jax.workload.routes import load_routes
+from multiverse_jax.workload.tasks import TaskGraph
 
 CONFIG_PATH = Path(__file__).parent / "conf" / "config.yaml"
-WORKLOAD_KINDS = ("permutation", "incast", "cm")
+
+
+def _import_astra(path, gpus, comm):
+    from multiverse_jax.workload import astra
+
+    return astra.to_tasks(astra.load_layers(path), gpus, comm_cfg=comm)
+
+
+def _import_chakra(path, gpus, comm):
+    from multiverse_jax.workload import chakra
+
+    return chakra.load_et(path, comm_cfg=comm)
+
+
+def _import_goal(path, gpus, comm):
+    from multiverse_jax.workload import goal
+
+    return goal.load_goal(path)
+
+
+_IMPORTERS = {"astra": _import_astra, "simai": _import_astra, "chakra": _import_chakra, "goal": _import_goal}
+WORKLOAD_KINDS = ("permutation", "incast", "cm", "llm", "astra", "simai", "chakra", "goal")
+TASK_KINDS = ("llm", "astra", "simai", "chakra", "goal")  # workloads that are task graphs
 # Config group (and key prefix inside it) of each congestion-control dataclass: key
 # ``{group}.{prefix}{field}`` holds ``field``.
 CC_GROUPS = (
@@ -170,7 +195,7 @@ def derangement(n: int, seed: int) -> np.ndarray:
 
 
 def _workload(c: dict, topology: Topology) -> FlowSet:
-    kind = _choice(c, "workload.kind", WORKLOAD_KINDS)
+    kind = c["workload"]["kind"]
     n_hosts = topology.n_hosts
     if kind == "cm":
         path = _path(c, "workload.path")
@@ -200,9 +225,82 @@ def _workload(c: dict, topology: Topology) -> FlowSet:
     return make_flows(np.arange(1, senders + 1), 0, size, start_ps)
 
 
+def _comm_config(c: dict) -> CommConfig:
+    gpu = _get(c, "workload.gpu")
+    return CommConfig(
+        channels=_integer(c, "workload.channels", 1),
+        gpus_per_server=_integer(c, "workload.gpus_per_server", 1),
+        intra=str(gpu).split("-")[0] if isinstance(gpu, str) else None,
+    )
+
+
+def _task_graph(c: dict, topology: Topology) -> TaskGraph:
+    """The workload's task graph (GPU ids), before placement."""
+    kind = c["workload"]["kind"]
+    comm = _comm_config(c)
+    if kind == "llm":
+        from multiverse_jax.workload import llm
+
+        spec = _get(c, "workload.model")
+        if isinstance(spec, dict):  # any model: {layers, hidden, heads, seq_len, vocab, ...}
+            fields = {f.name for f in dataclasses.fields(llm.ModelSpec)} - {"name"}
+            unknown = sorted(set(spec) - fields)
+            if unknown:
+                raise InputError(f"workload.model: unknown key(s) {', '.join(unknown)} (valid: {', '.join(sorted(fields))})")
+            try:
+                model = llm.ModelSpec(name="custom", **spec)
+            except TypeError as exc:
+                raise InputError(f"workload.model: {exc}") from None
+        else:
+            model = llm.get_model(_choice(c, "workload.model", tuple(llm.MODELS)))
+        parallel = llm.ParallelConfig(
+            tp=_integer(c, "workload.tp", 1),
+            pp=_integer(c, "workload.pp", 1),
+            dp=_integer(c, "workload.dp", 1),
+            ep=_integer(c, "workload.ep", 1),
+            microbatches=_integer(c, "workload.microbatches", 1),
+            micro_batch_size=_integer(c, "workload.micro_batch_size", 1),
+            zero1=_boolean(c, "workload.zero1"),
+            gpu=_get(c, "workload.gpu"),
+            layers_per_chunk=_integer(c, "workload.layers_per_chunk", 1),
+        )
+        if parallel.n_gpus > topology.n_hosts:
+            raise InputError(
+                f"workload.tp * workload.pp * workload.dp = {parallel.n_gpus} GPUs, but topology {topology.name} "
+                f"has {topology.n_hosts} hosts (one GPU per host)"
+            )
+        return llm.generate(model, parallel, n_gpus=parallel.n_gpus, comm_cfg=comm)
+    path = _path(c, "workload.path")
+    if path is None:
+        raise InputError(f"workload.path must name the workload file when workload.kind is {kind!r}")
+    gpus = _integer(c, "workload.gpus", 1)
+    if gpus > topology.n_hosts:
+        raise InputError(f"workload.gpus ({gpus}) exceeds the {topology.n_hosts} hosts of topology {topology.name}")
+    return _IMPORTERS[kind](path, gpus, comm)
+
+
+def _boolean(c: dict, key: str) -> bool:
+    value = _get(c, key)
+    if not isinstance(value, bool):
+        raise InputError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _placed(c: dict, graph: TaskGraph, topology: Topology) -> TaskGraph:
+    hosts = placement(
+        _choice(c, "workload.placement", PLACEMENTS),
+        graph.n_gpus,
+        topology.n_hosts,
+        gpus_per_server=_integer(c, "workload.gpus_per_server", 1),
+        seed=_integer(c, "sim.seed", 0),
+    )
+    return place(graph, hosts, topology.n_hosts)
+
+
 def experiment_from_config(cfg) -> Experiment:
     """The validated experiment that ``cfg`` describes (its ECMP table already built)."""
     c = resolve_config(cfg)
+    _choice(c, "workload.kind", WORKLOAD_KINDS)
     cc = _choice(c, "cc", tuple(CC_KINDS))
     dcqcn, dctcp, hpcc, timely, ecn = (_params(c, group, prefix, cls) for group, prefix, cls in CC_GROUPS)
     topo_cfg = c["topology"]
@@ -220,7 +318,12 @@ def experiment_from_config(cfg) -> Experiment:
         rate_gbps=c["link"]["rate_gbps"],
         delay_us=c["link"]["delay_us"],
     )
-    flows = _workload(c, topology)
+    tasks = None
+    if c["workload"]["kind"] in TASK_KINDS:
+        tasks = _placed(c, _task_graph(c, topology), topology)
+        flows = tasks.flow_set()
+    else:
+        flows = _workload(c, topology)
     routes_path = _path(c, "workload.routes")
     experiment = Experiment(
         topology=topology,
@@ -232,6 +335,7 @@ def experiment_from_config(cfg) -> Experiment:
         buffer_bytes=_integer(c, "switch.buffer_bytes"),
         pfc_xoff_bytes=_integer(c, "switch.pfc_xoff_bytes"),
         pfc_xon_bytes=_integer(c, "switch.pfc_xon_bytes"),
+        tasks=tasks,
         cc=cc,
         dcqcn=dcqcn,
         dctcp=dctcp,

@@ -31,6 +31,7 @@ from multiverse_jax.workload.flows import FlowSet, make_flows
 TASK_DELAY, TASK_FLOW = 0, 1
 STREAM_COMPUTE, STREAM_COMM = 0, 1  # stream ids used by the generators (any small int is a stream)
 NO_STREAM = -1  # ordered only by explicit dependencies
+MAX_FANIN = 16  # a task waiting on more tasks waits on zero-length joins of at most this many
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,16 +110,29 @@ class TaskGraphBuilder:
 
     def _add(self, task: _Task) -> int:
         self._check_gpu(task.gpu, f"task {task.name!r}", task.line)
-        tid = len(self._tasks)
         deps = [int(d) for d in task.deps]
         if task.stream != NO_STREAM:
             previous = self._last_in_stream.get((task.gpu, task.stream))
             if previous is not None and previous not in deps:
                 deps.append(previous)
-            self._last_in_stream[(task.gpu, task.stream)] = tid
+        # Wide fan-in (an optimizer step after every gradient bucket) goes through a tree of
+        # zero-length joins, so the engine's dependency table stays narrow.
+        while len(deps) > MAX_FANIN:
+            deps = [
+                self._append(
+                    _Task(TASK_DELAY, task.gpu, -1, 0, 0, NO_STREAM, 0, deps[i : i + MAX_FANIN], "join", f"{task.name}/join", task.line)
+                )
+                for i in range(0, len(deps), MAX_FANIN)
+            ]
         task.deps = deps
-        self._tasks.append(task)
+        tid = self._append(task)
+        if task.stream != NO_STREAM:
+            self._last_in_stream[(task.gpu, task.stream)] = tid
         return tid
+
+    def _append(self, task: _Task) -> int:
+        self._tasks.append(task)
+        return len(self._tasks) - 1
 
     def delay(
         self,
