@@ -1,7 +1,8 @@
 """The ``multiverse-jax`` command: one experiment from the Hydra config, run and reported.
 
-Exit codes: 0 success; 1 the simulation failed (outputs are still written); 2 bad input
-(a config key or an input file; the message names it, no traceback).
+Exit codes: 0 success; 1 the simulation failed (outputs are still written) or the design
+point does not fit in GPU memory (``summary.json`` with status "oom"); 2 bad input (a
+config key or an input file; the message names it, no traceback).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from multiverse_jax.config import experiment_from_config, resolve_config, run_options
 from multiverse_jax.errors import InputError
-from multiverse_jax.report.outputs import summary_table, write_outputs
+from multiverse_jax.report.outputs import summary_table, write_oom_summary, write_outputs
 from multiverse_jax.simulate import simulate
+from multiverse_jax.workload.llm import OutOfMemory
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -46,6 +48,11 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
         plots = config["output"]["plots"]
         if not isinstance(plots, bool):
             raise InputError(f"output.plots must be true or false, got {plots!r}")
+    except OutOfMemory as exc:
+        # A valid design point that does not fit in GPU memory: a result, not bad input.
+        write_oom_summary(output_dir, str(exc), exc.usage)
+        errors.print(f"[bold red]out of GPU memory:[/bold red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        return EXIT_FAILED
     except InputError as exc:
         errors.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return EXIT_BAD_INPUT

@@ -182,3 +182,46 @@ def test_shipped_examples_run(tmp_path):
     assert float(rows[3]["start_us"]) == pytest.approx(float(rows[2]["rx_finish_us"]), abs=1e-6)
     barrier = max(float(rows[3]["finish_us"]), float(rows[4]["finish_us"]))
     assert float(rows[5]["start_us"]) == pytest.approx(barrier, abs=1e-6)
+
+
+TINY_MODEL = "workload.model={layers:4,hidden:512,heads:8,seq_len:256,vocab:1000}"
+
+
+def test_llm_iteration_writes_tasks_timeline_and_split(tmp_path):
+    """A tiny transformer with TP=2, PP=2, DP=4 on the 16 hosts of a k=4 fat-tree."""
+    overrides = ["workload.kind=llm", TINY_MODEL, "workload.tp=2", "workload.pp=2", "workload.dp=4", "sim.sample_interval_us=0"]
+    assert run(config(*overrides), tmp_path) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "ok"
+    split = summary["compute_us"] + summary["exposed_comm_us"] + summary["bubble_us"]
+    assert split == pytest.approx(summary["iteration_time_us"])
+    assert summary["compute_us"] > 0 and summary["exposed_comm_us"] > 0
+    tasks = pq.read_table(tmp_path / "tasks.parquet").to_pydict()
+    assert {"tp", "pp", "dp", "compute"} <= set(tasks["category"])
+    assert max(tasks["finish_us"]) == pytest.approx(summary["iteration_time_us"])
+    assert (tmp_path / "timeline.png").stat().st_size > 0
+
+
+def test_llm_point_that_does_not_fit_is_an_oom_result(tmp_path, capsys):
+    """GPT-3 175B on 16 GPUs with TP=1 cannot fit: status "oom", exit 1, nothing simulated."""
+    overrides = ["workload.kind=llm", "workload.model=gpt3-175b", "workload.tp=1", "workload.pp=1", "workload.dp=16"]
+    assert run(config(*overrides), tmp_path) == 1
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "oom" and summary["memory_bytes"]["total"] > summary["memory_bytes"]["capacity"]
+    assert "out of GPU memory" in capsys.readouterr().err
+    assert not (tmp_path / "flows.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["workload.kind=llm", "workload.tp=3"], "workload.tp"),
+        (["workload.kind=llm", "workload.model=gpt5"], "workload.model must be one of"),
+        (["workload.kind=llm", "workload.tp=8", "workload.pp=2", "workload.dp=4"], "= 64 GPUs, but topology fattree(k=4) has 16 hosts"),
+        (["workload.kind=goal"], "workload.path must name the workload file"),
+        (["workload.kind=llm", "workload.placement=scattered"], "workload.placement must be one of packed, random, rail"),
+    ],
+)
+def test_bad_llm_config_exits_2(tmp_path, capsys, overrides, needle):
+    assert run(config(TINY_MODEL, *overrides), tmp_path) == 2
+    assert needle in capsys.readouterr().err.replace("\n", "")

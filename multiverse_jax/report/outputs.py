@@ -239,6 +239,15 @@ def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict 
     return files
 
 
+def write_oom_summary(run_dir, message: str, usage: dict) -> Path:
+    """``summary.json`` of a design point that does not fit in GPU memory (nothing simulated)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "summary.json"
+    path.write_text(json.dumps(_plain({"status": "oom", "error": message, "memory_bytes": usage}), indent=2) + "\n")
+    return path
+
+
 def _table(series: dict, columns) -> pa.Table:
     """The series' columns, in ``columns`` order first (then any others)."""
     names = [c for c in columns if c in series] + [c for c in series if c not in columns]
