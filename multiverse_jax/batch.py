@@ -51,6 +51,8 @@ NEVER = np.iinfo(np.int64).max
 UNLIMITED_BYTES = 1 << 62  # NIC egress queues hold only ACKs and are never the bottleneck
 CC_KINDS = {"none": CC_NONE, "dcqcn": CC_DCQCN, "dctcp": CC_DCTCP, "hpcc": CC_HPCC, "timely": CC_TIMELY}
 LB_KINDS = {"ecmp": LB_ECMP, "spray": LB_SPRAY, "flowlet": LB_FLOWLET}
+MAX_PAYLOAD_BYTES = 1 << 20  # 1 MiB: (payload + header) * 8e12 bits*ps must fit in int64
+MAX_HEADER_BYTES = 1 << 16
 MAX_PRIORITIES = 8  # data classes per port, as 802.1p's eight traffic classes
 
 
@@ -94,6 +96,11 @@ class Experiment:
         ):
             if int(value) != value or value < low:
                 raise InputError(f"{key} must be an integer >= {low}, got {value!r}")
+        if self.payload_bytes > MAX_PAYLOAD_BYTES or self.header_bytes > MAX_HEADER_BYTES:
+            raise InputError(
+                f"packet.payload_bytes must be <= {MAX_PAYLOAD_BYTES} and packet.header_bytes <= {MAX_HEADER_BYTES} "
+                f"(times are int64 picoseconds), got {self.payload_bytes} and {self.header_bytes}"
+            )
         if self.pfc_xon_bytes > self.pfc_xoff_bytes:
             raise InputError(
                 f"switch.pfc_xon_bytes ({self.pfc_xon_bytes}) must not exceed switch.pfc_xoff_bytes ({self.pfc_xoff_bytes})"
@@ -125,7 +132,7 @@ class Experiment:
                 source=self.flows.source,
                 line=int(self.flows.line[bad]) if self.flows.line is not None else None,
             )
-        if len(self.flows) == 0:
+        if len(self.flows) == 0 and self.tasks is None:
             raise InputError("the workload has no flows", source=self.flows.source)
         if self.tasks is not None:
             if len(self.flows) != self.tasks.flow_tasks.size or np.any(self.flows.flow_id != self.tasks.flow_tasks):
@@ -181,7 +188,7 @@ def _static_of(experiments, derived, slots_per_host: int, n_samples: int) -> Sta
         """Switch hops of the experiment's longest flow path (0 unless it runs HPCC)."""
         if e.cc != "hpcc":
             return 0
-        hops = int(d.ecmp.hops[e.flows.src, e.flows.dst].max()) - 1
+        hops = int(d.ecmp.hops[e.flows.src, e.flows.dst].max(initial=1)) - 1
         pinned = e.routes.max_links - 1 if e.routes is not None else 0
         return max(hops, pinned)
 
@@ -192,12 +199,12 @@ def _static_of(experiments, derived, slots_per_host: int, n_samples: int) -> Sta
         n_nodes=biggest(lambda e, t: e.topology.n_nodes),
         n_hosts=biggest(lambda e, t: e.topology.n_hosts),
         n_ports=biggest(lambda e, t: e.topology.n_links),
-        n_flows=biggest(lambda e, t: len(e.flows)),
+        n_flows=max(1, biggest(lambda e, t: len(e.flows))),
         n_triggers=max(1, biggest(lambda e, t: len(e.flows.triggers))),
         n_activators=max(1, biggest(lambda e, d: d.triggers[0].shape[1])),
         route_width=biggest(lambda e, d: d.ecmp.width),
         pinned_len=max(1, biggest(lambda e, t: (e.routes.max_links if e.routes is not None else 1))),
-        n_data_classes=1 + biggest(lambda e, t: int(e.flows.prio.max())),
+        n_data_classes=1 + biggest(lambda e, t: int(e.flows.prio.max(initial=0))),
         slots_per_host=slots_per_host,
         pfc_history=history,
         int_hops=max(1, biggest(switch_hops)),
@@ -215,7 +222,7 @@ def base_rtt_ps(exp: Experiment, ecmp: EcmpTable) -> int:
     slowest, longest = int(topo.link_rate_bps.min()), int(topo.link_delay_ps.max())
     data_ps = -(-(exp.payload_bytes + exp.header_bytes) * 8 * 10**12 // slowest)
     ack_ps = -(-exp.ack_bytes * 8 * 10**12 // slowest)
-    return int(links.max()) * (data_ps + ack_ps + 2 * longest)
+    return max(1, int(links.max(initial=0))) * (data_ps + ack_ps + 2 * longest)
 
 
 def _cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:

@@ -52,10 +52,14 @@ from multiverse_jax.workload.tasks import TaskGraph
 CONFIG_PATH = Path(__file__).parent / "conf" / "config.yaml"
 
 
-def _import_astra(path, gpus, comm):
+def _import_astra(path, gpus, comm, dialect="auto"):
     from multiverse_jax.workload import astra
 
-    return astra.to_tasks(astra.load_layers(path), gpus, comm_cfg=comm)
+    return astra.to_tasks(astra.load_layers(path, dialect=dialect), gpus, comm_cfg=comm)
+
+
+def _import_simai(path, gpus, comm):
+    return _import_astra(path, gpus, comm, dialect="simai")
 
 
 def _import_chakra(path, gpus, comm):
@@ -70,7 +74,9 @@ def _import_goal(path, gpus, comm):
     return goal.load_goal(path)
 
 
-_IMPORTERS = {"astra": _import_astra, "simai": _import_astra, "chakra": _import_chakra, "goal": _import_goal}
+# workload.kind=astra reads the layer format as ASTRA-sim 1.0 does (auto-detecting SimAI
+# files); simai forces SimAI's conventions (e.g. all-gather sizes are the gathered output).
+_IMPORTERS = {"astra": _import_astra, "simai": _import_simai, "chakra": _import_chakra, "goal": _import_goal}
 WORKLOAD_KINDS = ("permutation", "incast", "cm", "llm", "astra", "simai", "chakra", "goal")
 TASK_KINDS = ("llm", "astra", "simai", "chakra", "goal")  # workloads that are task graphs
 # Config group (and key prefix inside it) of each congestion-control dataclass: key

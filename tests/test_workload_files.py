@@ -22,14 +22,13 @@ simulated work is kept small:
 * heavy files (GiB-sized collectives: the big ASTRA-sim transformers, aicb's models and
   4 KiB..1 GiB sweeps): a fictitious 16 Tb/s fabric with 1 MiB packets and big switch
   buffers, on fabrics where their traffic takes two hops (a rail per GPU index, or two
-  GPUs under one switch). 1 MiB is about the largest packet the engine supports
-  (``serialization_ps`` computes wire_bytes * 8e12 in int64).
+  GPUs under one switch). 1 MiB is the largest payload the engine accepts
+  (``serialization_ps`` computes wire_bytes * 8e12 in int64; ``Experiment.validate`` says so).
 * ``simai/workload_analytical.txt`` (1789 layers; even on 2 GPUs 31k tasks, 5k flows and
   ~100 GB per GPU of tensor-parallel traffic, ~10k windows) takes minutes: it runs alone
   in a test marked ``slow`` (CI skips those).
 * ``chakra-json/small_chakra.0.json`` (one rank, collectives without ``comm_size``) sends
-  nothing over the network, and an experiment needs at least one flow: xfail (strict)
-  until compute-only task graphs can be simulated.
+  nothing over the network: a compute-only iteration.
 """
 
 import copy
@@ -88,8 +87,6 @@ class Case:
     topology: dict = dataclasses.field(default_factory=lambda: FATTREE)
     profile: dict = dataclasses.field(default_factory=lambda: LIGHT)
     extra: dict = dataclasses.field(default_factory=dict)  # more config groups
-    dialect: str | None = None  # astra.load_layers dialect the config layer cannot choose
-    xfail: str | None = None
 
 
 CASES = {
@@ -117,8 +114,8 @@ CASES = {
     "aicb/L7B-M1-C04_Llama7B_megatron_tp2_pp1_mbs1_A100.txt": Case(
         "aicb/L7B-M1-C04_Llama7B_megatron_tp2_pp1_mbs1_A100.txt", "simai", 4, 2, rail(2, 2), HEAVY
     ),
-    # aicb's MICRO sweeps carry no SimAI marker; all_gather needs the SimAI size convention.
-    "aicb/all_gather.txt": Case("aicb/all_gather.txt", "simai", 2, profile=HEAVY, dialect="simai"),
+    # aicb's MICRO sweeps carry no SimAI marker: workload.kind=simai gives SimAI's all-gather size convention.
+    "aicb/all_gather.txt": Case("aicb/all_gather.txt", "simai", 2, profile=HEAVY),
     "aicb/all_reduce.txt": Case("aicb/all_reduce.txt", "simai", 2, profile=HEAVY),
     "aicb/all_to_all.txt": Case("aicb/all_to_all.txt", "simai", 2, profile=HEAVY),
     "chakra-et/microbenchmarks/all_reduce/8npus_1MB/all_reduce": Case(
@@ -131,12 +128,8 @@ CASES = {
     "chakra-et/custom_collectives/custom_collective.json": Case(
         "chakra-et/custom_collectives/custom_collective.json", "chakra"
     ),
-    "chakra-json/small_chakra": Case(
-        "chakra-json/small_chakra",
-        "chakra",
-        gpus=1,
-        xfail="one rank whose collectives have no comm_size: no flow tasks, and an experiment needs a flow",
-    ),
+    # One rank whose collectives have no comm_size: compute only.
+    "chakra-json/small_chakra": Case("chakra-json/small_chakra", "chakra", gpus=1),
     # 32 ranks: a 32-host leaf-spine (4 leaves x 8 hosts, 2 spines).
     "goal/binary_tree_32.goal": Case(
         "goal/binary_tree_32.goal",
@@ -151,7 +144,7 @@ ALONE = [  # cheap ones, three importers, two topologies
     "chakra-et/microbenchmarks/all_to_all/8npus_1MB/all_to_all",
     "goal/binary_tree_32.goal",
 ]
-RUN = [name for name, case in CASES.items() if case.xfail is None]
+RUN = list(CASES)
 
 
 def _merge(base: dict, more: dict) -> dict:
@@ -186,18 +179,6 @@ def config(case: Case, path: Path | None = None) -> dict:
 def experiment(case: Case):
     cfg = config(case)
     exp = experiment_from_config(cfg)
-    if case.dialect is not None:
-        # workload.kind=simai does not select the SimAI dialect (config.py's _import_astra calls
-        # astra.load_layers with dialect "auto"): the same experiment, the graph imported with it.
-        path = workload_path(case)
-        graph = astra.to_tasks(
-            astra.load_layers(path, dialect=case.dialect),
-            case.gpus,
-            comm_cfg=CommConfig(gpus_per_server=case.gpus_per_server),
-        )
-        n_hosts = exp.topology.n_hosts
-        tasks = place(graph, placement("packed", graph.n_gpus, n_hosts, gpus_per_server=case.gpus_per_server), n_hosts)
-        exp = dataclasses.replace(exp, tasks=tasks, flows=tasks.flow_set())
     return exp, run_options(cfg)
 
 
@@ -266,19 +247,9 @@ def test_every_workload_file_has_a_case():
     assert sorted(files - covered) == [], "workload files without a case"
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=InputError, reason=c.xfail) if c.xfail else ())
-        for n, c in CASES.items()
-    ],
-)
+@pytest.mark.parametrize("name", list(CASES))
 def test_workload_file_runs_end_to_end(name, batch):
-    if CASES[name].xfail is not None:  # not in the batch: it does not build yet
-        exp, opts = experiment(CASES[name])
-        result = simulate([exp], **opts)[0]
-    else:
-        exp, result = batch["runs"][name]
+    exp, result = batch["runs"][name]
     check_result(name, exp, result)
 
 

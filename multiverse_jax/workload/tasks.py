@@ -61,10 +61,9 @@ class TaskGraph:
         return np.flatnonzero(self.kind == TASK_FLOW)
 
     def flow_set(self, gpu_to_host: np.ndarray | None = None) -> FlowSet:
-        """The flows of the flow tasks (start times are set by their tasks at run time)."""
+        """The flows of the flow tasks (start times are set by their tasks at run time); empty
+        for a compute-only graph."""
         tasks = self.flow_tasks
-        if tasks.size == 0:
-            raise InputError("the workload sends nothing over the network (no flow tasks)", source=self.source)
         place = np.arange(self.n_gpus) if gpu_to_host is None else np.asarray(gpu_to_host)
         return dataclasses.replace(
             make_flows(place[self.gpu[tasks]], place[self.peer[tasks]], self.size_bytes[tasks], 0, flow_id=tasks, prio=self.prio[tasks]),
