@@ -28,6 +28,7 @@ from multiverse_jax.cc import dcqcn, dctcp, hpcc, timely
 from multiverse_jax.cc.events import AckEvent
 from multiverse_jax.components.cc import GATE_ENTRIES, CcState
 from multiverse_jax.components.experiment import CC_DCQCN, CC_DCTCP, CC_HPCC, CC_NONE, NEVER, Params, State
+from multiverse_jax.systems.ack import arriving_acks
 from multiverse_jax.systems.common import PS_BITS_PER_BYTE, fifo_head
 
 NO_LIMIT = jnp.inf  # the allowance of a flow without a window
@@ -145,15 +146,7 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
         pkts, flows, fp = state.packets, state.flows, params.flows
         n_flows, n_slots = fp.flow_src.shape[0], pkts.pkt_valid.shape[0]
         window_start_ps = window_end_ps - params.window_ps
-        node = params.links.link_dst_node[pkts.pkt_port]
-        acks_here = (
-            pkts.pkt_valid
-            & pkts.pkt_in_flight
-            & pkts.pkt_is_ack
-            & (pkts.pkt_time_ps < window_end_ps)
-            & params.nodes.node_is_host[node]
-            & (params.cc_kind != CC_NONE)
-        )
+        acks_here = arriving_acks(params, state, window_end_ps) & (params.cc_kind != CC_NONE)
         line_rate = line_rate_bps(params)
         full_wire = (params.payload_bytes + params.header_bytes).astype(jnp.float64)
         timers_on = timers_active(params, state)

@@ -100,6 +100,7 @@ import dataclasses
 import os
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.workload.textfile import read_text
 from multiverse_jax.workload import collectives
 from multiverse_jax.workload.collectives import CommConfig
 from multiverse_jax.workload.tasks import NO_STREAM, STREAM_COMM, STREAM_COMPUTE, TaskGraph, TaskGraphBuilder
@@ -222,19 +223,7 @@ def _parse_comm(text: str, size_text: str, what: str, path: str, line: int) -> C
 
 
 def _read_lines(path: str) -> list[str]:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except FileNotFoundError:
-        raise InputError("workload file not found", source=path) from None
-    except OSError as exc:
-        raise InputError(f"cannot read workload file: {exc.strerror or exc}", source=path) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            "not a text file (invalid UTF-8)", source=path, line=raw[: exc.start].count(b"\n") + 1
-        ) from None
+    text = read_text(path, "workload file")
     return text.split("\n")  # whitespace splitting below drops CR, tabs and trailing spaces
 
 

@@ -47,6 +47,7 @@ import re
 from collections import defaultdict, deque
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.workload.textfile import read_text
 from multiverse_jax.workload.tasks import NO_STREAM, TaskGraph, TaskGraphBuilder
 
 _PS_PER_NS = 1000
@@ -157,19 +158,7 @@ def _parse_op(tokens: list[str], rank: int, label: str | None, path: str, line: 
 
 
 def _parse(path: str) -> tuple[int, list[_Op]]:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except FileNotFoundError:
-        raise InputError("GOAL file not found", source=path) from None
-    except OSError as exc:
-        raise InputError(f"cannot read GOAL file: {exc.strerror or exc}", source=path) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            "not a text file (invalid UTF-8)", source=path, line=raw[: exc.start].count(b"\n") + 1
-        ) from None
+    text = read_text(path, "GOAL file")
 
     num_ranks: int | None = None
     num_ranks_line = 0
