@@ -178,23 +178,10 @@ def test_one_f_one_b_order():
 # -------------------------------------------------------------------------- the graph
 
 
-def _fake_collective(builder, kind, gpus, size_bytes, deps, cfg=None, *, category="comm", name="", line=0, stream=1):
-    """One zero-length delay per GPU (stands in for ``collective`` until it lands)."""
-    return {g: builder.delay(g, 0, deps[g], stream=stream, category=category, name=name) for g in gpus}
-
-
-def _real_collective_ready() -> bool:
-    try:
-        collectives.collective(TaskGraphBuilder(2), "all_reduce", [0, 1], 1024, {0: [], 1: []})
-    except NotImplementedError:
-        return False
-    return True
-
-
 @pytest.fixture
 def calls(monkeypatch):
-    """Records every collective the generator issues; runs the real one when it is implemented."""
-    inner = collectives.collective if _real_collective_ready() else _fake_collective
+    """Records every collective the generator issues and runs the real one."""
+    inner = collectives.collective
     log = []
 
     def recording(builder, kind, gpus, size_bytes, deps, cfg=collectives.CommConfig(), **kw):
