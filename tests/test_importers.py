@@ -18,7 +18,7 @@ from multiverse_jax.errors import InputError
 from multiverse_jax.workload import astra, chakra, collectives
 from multiverse_jax.workload.collectives import CommConfig
 from multiverse_jax.workload.goal import load_goal
-from multiverse_jax.workload.tasks import NO_STREAM, TASK_FLOW, TaskGraphBuilder
+from multiverse_jax.workload.tasks import NO_STREAM, TASK_FLOW
 
 SHARED = Path(__file__).parents[2] / "shared" / "workloads"
 needs_shared = pytest.mark.skipif(

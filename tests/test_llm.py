@@ -28,7 +28,7 @@ from multiverse_jax.workload.llm import (
     stage_memory,
     training_flops,
 )
-from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraphBuilder
+from multiverse_jax.workload.tasks import TASK_FLOW
 
 DENSE = ("gpt3-13b", "gpt3-175b", "llama-7b", "llama-65b")
 PUBLISHED_PARAMS = {"gpt3-13b": 13e9, "gpt3-175b": 175e9, "llama-7b": 6.7e9, "llama-65b": 65.2e9, "mixtral-8x7b": 46.7e9}
