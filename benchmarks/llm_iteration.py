@@ -173,7 +173,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.global_batch is not None:
         uneven = [s for s in args.splits if args.global_batch % (s[2] * args.micro_batch_size)]
         if args.global_batch < 1 or uneven:
-            p.error(f"--global-batch must be a positive multiple of dp x --micro-batch-size for every split")
+            p.error("--global-batch must be a positive multiple of dp x --micro-batch-size for every split")
     bad = [s for s in args.splits if s[0] * s[1] * s[2] != args.gpus]
     if bad:
         p.error(f"every split needs tp * pp * dp = --gpus ({args.gpus}); not: {', '.join(','.join(map(str, s)) for s in bad)}")
