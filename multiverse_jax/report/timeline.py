@@ -100,7 +100,8 @@ def plot_gantt(columns: dict[str, np.ndarray], path, title: str = "", max_gpus: 
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
-    ran = ~np.isnan(columns["start_us"]) & ~np.isnan(columns["finish_us"])
+    # Rows only for streams that hold time (zero-length joins and stream markers do not).
+    ran = ~np.isnan(columns["start_us"]) & ~np.isnan(columns["finish_us"]) & (columns["finish_us"] > columns["start_us"])
     gpus = np.unique(columns["gpu"][ran])[:max_gpus]
     categories = sorted(set(columns["category"][ran]))
     palette = colormaps["tab10"]
@@ -117,7 +118,8 @@ def plot_gantt(columns: dict[str, np.ndarray], path, title: str = "", max_gpus: 
                 start = columns["start_us"][pick]
                 width = np.maximum(columns["finish_us"][pick] - start, 1e-3)
                 ax.broken_barh(list(zip(start, width)), (y - 0.4, 0.8), facecolors=colours[c])
-    ax.set_yticks(range(len(rows)), [f"gpu{g} s{s}" for g, s in rows], fontsize=7)
+    stream_name = {0: "compute", -1: "network"}  # -1: flows and hops of collectives (explicit dependencies only)
+    ax.set_yticks(range(len(rows)), [f"gpu{g} {stream_name.get(int(s), f'stream {s}')}" for g, s in rows], fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlabel("time (µs)")
     ax.set_title(title or "task timeline")
