@@ -81,6 +81,7 @@ class Experiment:
     seed: int = 0  # sim.seed
     max_time_us: float = 1e6  # sim.max_time_us
     ecmp: EcmpTable | None = None  # precomputed routing of ``topology`` (built if None)
+    compute_slowdown: float = 1.0  # workload.compute_slowdown: factor on compute that starts while its GPU communicates
     tasks: TaskGraph | None = None  # a task DAG in host ids (``workload/placement.py``); its flow
     #   tasks are ``flows`` (``TaskGraph.flow_set()``), started by the scheduler
 
@@ -118,6 +119,8 @@ class Experiment:
         self.ecn.check()
         if self.lb not in LB_KINDS:
             raise InputError(f"lb must be one of {list(LB_KINDS)}, got {self.lb!r}")
+        if not (isinstance(self.compute_slowdown, (int, float)) and 0 < self.compute_slowdown < 100):
+            raise InputError(f"workload.compute_slowdown must be a number in (0, 100), 1 = off, got {self.compute_slowdown!r}")
         if not self.flowlet_gap_us > 0:
             raise InputError(f"switch.flowlet_gap_us must be > 0, got {self.flowlet_gap_us!r}")
         if not (isinstance(self.sample_interval_us, (int, float)) and self.sample_interval_us >= 0):
@@ -328,7 +331,7 @@ def _cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s: Stati
     )
 
 
-def _task_arrays(graph: TaskGraph | None, s: Static) -> tuple[TaskParams, TaskState]:
+def _task_arrays(graph: TaskGraph | None, s: Static, compute_slowdown: float = 1.0) -> tuple[TaskParams, TaskState]:
     """Padded task arrays (one invalid dummy task without a graph)."""
     n = s.n_tasks
     if graph is None:
@@ -338,6 +341,10 @@ def _task_arrays(graph: TaskGraph | None, s: Static) -> tuple[TaskParams, TaskSt
             task_duration_ps=np.zeros(n, np.int64),
             task_flow=np.full(n, -1, np.int32),
             task_deps=np.full((n, s.task_deps), -1, np.int32),
+            task_gpu=np.zeros(n, np.int32),
+            task_is_compute=np.zeros(n, bool),
+            task_is_comm=np.zeros(n, bool),
+            compute_slowdown=np.float64(compute_slowdown),
         )
     else:
         flow_of_task = np.full(len(graph), -1, np.int32)
@@ -348,6 +355,10 @@ def _task_arrays(graph: TaskGraph | None, s: Static) -> tuple[TaskParams, TaskSt
             task_duration_ps=_pad(graph.duration_ps.astype(np.int64), (n,), 0),
             task_flow=_pad(flow_of_task, (n,), -1),
             task_deps=_pad(graph.deps.astype(np.int32), (n, s.task_deps), -1),
+            task_gpu=_pad(graph.gpu.astype(np.int32), (n,), 0),
+            task_is_compute=_pad(graph.category == "compute", (n,), False),
+            task_is_comm=_pad((graph.category != "compute") & ((graph.kind == TASK_FLOW) | (graph.duration_ps > 0)), (n,), False),
+            compute_slowdown=np.float64(compute_slowdown),
         )
     state = TaskState(task_start_ps=np.full(n, NEVER, np.int64), task_finish_ps=np.full(n, NEVER, np.int64))
     return params, state
@@ -405,7 +416,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         trigger_activator_is_recv=_pad(activator_is_recv.astype(bool), (s.n_triggers, s.n_activators), False),
     )
     cc_params = _cc_params(exp, derived.ecmp)
-    task_params, task_state = _task_arrays(graph, s)
+    task_params, task_state = _task_arrays(graph, s, exp.compute_slowdown)
     params = Params(
         links=links,
         ports=ports,

@@ -342,6 +342,7 @@ def experiment_from_config(cfg) -> Experiment:
         pfc_xoff_bytes=_integer(c, "switch.pfc_xoff_bytes"),
         pfc_xon_bytes=_integer(c, "switch.pfc_xon_bytes"),
         tasks=tasks,
+        compute_slowdown=_number(c, "workload.compute_slowdown", positive=True),
         cc=cc,
         dcqcn=dcqcn,
         dctcp=dctcp,

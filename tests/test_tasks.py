@@ -121,3 +121,26 @@ def test_task_graph_larger_than_the_topology_is_an_error():
     graph = b.build()
     with pytest.raises(InputError, match="runs on 32 GPUs but topology fattree\\(k=4\\) has only 16 hosts"):
         Experiment(K4, graph.flow_set(), tasks=graph).validate()
+
+
+def test_compute_that_overlaps_communication_is_slowed():
+    """With workload.compute_slowdown = 1.5, a compute task that starts while its GPU is
+    sending takes 1.5x its duration; one that starts after the send finished does not."""
+    b = TaskGraphBuilder(16)
+    send = b.send(0, 15, 200_000, stream=STREAM_COMM, name="send")  # ~17 us on the wire
+    prep = b.delay(0, 1 * US, stream=STREAM_COMPUTE, name="prep")
+    during = b.delay(0, 10 * US, [prep], stream=STREAM_COMPUTE, name="during the send")
+    wait = b.delay(0, 50 * US, [during], stream=STREAM_COMPUTE, name="wait")
+    after = b.delay(0, 10 * US, [wait, send], stream=STREAM_COMPUTE, name="after the send")
+    graph = b.build()
+    slow, plain = run(
+        [Experiment(K4, graph.flow_set(), tasks=graph, compute_slowdown=1.5), Experiment(K4, graph.flow_set(), tasks=graph)]
+    )
+    t = slow.tasks
+    assert t["start_us"][during] == pytest.approx(1.0) and t["start_us"][during] < t["finish_us"][send]
+    assert t["finish_us"][during] - t["start_us"][during] == pytest.approx(15.0)
+    assert t["start_us"][after] > t["finish_us"][send]
+    assert t["finish_us"][after] - t["start_us"][after] == pytest.approx(10.0)
+    assert plain.tasks["finish_us"][during] - plain.tasks["start_us"][during] == pytest.approx(10.0)
+    with pytest.raises(InputError, match="workload.compute_slowdown"):
+        Experiment(K4, graph.flow_set(), tasks=graph, compute_slowdown=0).validate()

@@ -17,6 +17,10 @@ class TaskParams:
     task_duration_ps: chex.Array  # (T,) int64 delay tasks: how long they take
     task_flow: chex.Array  # (T,) int32 flow tasks: their flow (-1 otherwise)
     task_deps: chex.Array  # (T, D) int32 tasks it waits for (-1 padded)
+    task_gpu: chex.Array  # (T,) int32 the host it runs on
+    task_is_compute: chex.Array  # (T,) bool a compute task (may be slowed by overlapping communication)
+    task_is_comm: chex.Array  # (T,) bool a communication task that takes time (flow, analytical collective)
+    compute_slowdown: chex.Array  # () float64 factor on a compute task that starts while its GPU communicates
 
 
 @struct.dataclass
