@@ -38,10 +38,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -50,7 +48,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-import multiverse_jax
+import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
+from machine import machine_info
 from multiverse_jax import engine
 from multiverse_jax.batch import CC_KINDS, LB_KINDS, Experiment, build_batch
 from multiverse_jax.components.experiment import ERROR_POOL_FULL
@@ -466,19 +465,8 @@ def plot_fct_cdfs(results, labels, workload: str, path: Path, title: str) -> Non
 
 
 def metadata(args, slots: int, static) -> dict:
-    device = jax.devices()[0]
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "jax_version": jax.__version__,
-        "jaxlib_version": getattr(__import__("jaxlib"), "__version__", None),
-        "multiverse_jax_version": multiverse_jax.__version__,
-        "backend": jax.default_backend(),
-        "device_kind": device.device_kind,
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        **machine_info(),
         "topology": {"kind": "fattree", "k": args.k, "rate_gbps": RATE_GBPS, "delay_us": DELAY_US},
         "workloads": {
             "incast": f"hosts 1..{args.senders} -> host 0, all at 0",

@@ -29,13 +29,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import os
-import platform
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,7 +40,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-import multiverse_jax
+import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
+from machine import machine_info
 from multiverse_jax import engine
 from multiverse_jax.batch import Experiment, build_batch
 from multiverse_jax.components.experiment import ERROR_POOL_FULL
@@ -395,27 +393,8 @@ def print_table(rows: list[dict], *, header: bool = True) -> None:
 
 
 def metadata(args) -> dict:
-    device = jax.devices()[0]
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent
-        ).stdout.strip()
-    except Exception:  # noqa: BLE001
-        commit = None
     return {
-        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "jax_version": jax.__version__,
-        "jaxlib_version": getattr(__import__("jaxlib"), "__version__", None),
-        "multiverse_jax_version": multiverse_jax.__version__,
-        "git_commit": commit,
-        "backend": jax.default_backend(),
-        "device_kind": device.device_kind,
-        "device_count": jax.device_count(),
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
+        **machine_info(),
         "topology": {"kind": "fattree", "rate_gbps": RATE_GBPS, "delay_us": DELAY_US},
         "workload": "permutation (random derangement, seed e), all flows start at 0",
         "flow_bytes": args.flow_bytes,

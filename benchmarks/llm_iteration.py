@@ -40,11 +40,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import math
 import os
-import platform
 import resource
 import sys
 import time
@@ -53,7 +51,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-import multiverse_jax
+import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
+from machine import machine_info
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.components.experiment import ERROR_POOL_FULL, NEVER
@@ -549,19 +548,8 @@ def row_notes(row: dict) -> list[str]:
 
 
 def metadata(args, model: llm.ModelSpec) -> dict:
-    device = jax.devices()[0]
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "jax_version": jax.__version__,
-        "jaxlib_version": getattr(__import__("jaxlib"), "__version__", None),
-        "multiverse_jax_version": multiverse_jax.__version__,
-        "backend": jax.default_backend(),
-        "device_kind": device.device_kind,
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        **machine_info(),
         "model": dataclasses.asdict(model),
         "model_parameters": llm.parameter_count(model),
         "gpus": args.gpus,
