@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+import multiverse_jax.conf.schema  # noqa: F401  (registers the config schema with Hydra)
 from multiverse_jax.config import experiment_from_config, resolve_config, run_options
 from multiverse_jax.errors import InputError
 from multiverse_jax.report.outputs import summary_table, write_oom_summary, write_outputs
@@ -83,13 +84,34 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
     return 0
 
 
+_task_started = False  # set once Hydra has composed the config and called the task
+
+
 @hydra.main(version_base=None, config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
+    global _task_started
+    _task_started = True
     code = run(cfg, HydraConfig.get().runtime.output_dir)
     if code:
         sys.exit(code)
+
+
+def main() -> None:
+    """The ``multiverse-jax`` command (Hydra parses ``sys.argv``; ``-m`` sweeps go to the
+    batched launcher, ``multiverse_jax.sweep``).
+
+    Hydra reports a config it cannot compose (a wrong type, an unknown key or group option,
+    named in its message) and exits 1 before calling the task; that is bad input, so it
+    becomes exit code 2 like the errors this module reports itself.
+    """
+    try:
+        _hydra_main()
+    except SystemExit as exc:
+        if exc.code == 1 and not _task_started:
+            raise SystemExit(EXIT_BAD_INPUT) from None
+        raise
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from multiverse_jax.engine import BATCHING_MODES
 from multiverse_jax.batch import CC_KINDS, Experiment
+from multiverse_jax.conf import schema
 from multiverse_jax.cc.config import DcqcnConfig, DctcpConfig, EcnConfig, HpccConfig, TimelyConfig
 from multiverse_jax.errors import InputError
 from multiverse_jax.topology import KINDS as TOPOLOGY_KINDS, build_topology
@@ -78,6 +79,7 @@ def _import_goal(path, gpus, comm):
 # files); simai forces SimAI's conventions (e.g. all-gather sizes are the gathered output).
 _IMPORTERS = {"astra": _import_astra, "simai": _import_simai, "chakra": _import_chakra, "goal": _import_goal}
 WORKLOAD_KINDS = ("permutation", "incast", "cm", "llm", "astra", "simai", "chakra", "goal")
+HYBRID_MODES = ("packet",)  # flow-level fast-forward modes will join "packet" here
 TASK_KINDS = ("llm", "astra", "simai", "chakra", "goal")  # workloads that are task graphs
 # Config group (and key prefix inside it) of each congestion-control dataclass: key
 # ``{group}.{prefix}{field}`` holds ``field``.
@@ -92,9 +94,7 @@ CC_GROUPS = (
 
 @functools.cache
 def _defaults() -> dict:
-    defaults = OmegaConf.to_container(OmegaConf.load(CONFIG_PATH), resolve=False)
-    defaults.pop("hydra", None)
-    return defaults
+    return schema.defaults()
 
 
 def _merge(defaults: dict, given: dict, prefix: str) -> dict:
@@ -307,6 +307,7 @@ def experiment_from_config(cfg) -> Experiment:
     """The validated experiment that ``cfg`` describes (its ECMP table already built)."""
     c = resolve_config(cfg)
     _choice(c, "workload.kind", WORKLOAD_KINDS)
+    _choice(c, "hybrid.mode", HYBRID_MODES)
     cc = _choice(c, "cc", tuple(CC_KINDS))
     dcqcn, dctcp, hpcc, timely, ecn = (_params(c, group, prefix, cls) for group, prefix, cls in CC_GROUPS)
     topo_cfg = c["topology"]
@@ -361,8 +362,14 @@ def experiment_from_config(cfg) -> Experiment:
 def run_options(cfg) -> dict:
     """Keyword arguments of ``simulate`` that the config sets (``sim.*``)."""
     c = resolve_config(cfg)
-    return {
+    options = {
         "slots_per_host": _integer(c, "sim.packets_per_host", 1),
         "steps_per_call": _integer(c, "sim.steps_per_call", 1),
         "batching": _choice(c, "sim.batching", BATCHING_MODES),
     }
+    devices = c["sim"]["devices"]
+    if devices != "all":
+        devices = _integer(c, "sim.devices", 1)
+    if devices != 1:  # shard the experiment axis over local devices
+        options["devices"] = devices
+    return options

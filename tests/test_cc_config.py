@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from multiverse_jax.batch import CC_KINDS, Experiment
 from multiverse_jax.cc.config import DcqcnConfig, DctcpConfig, EcnConfig, HpccConfig, TimelyConfig
 from multiverse_jax.cli import run
+from multiverse_jax.conf.schema import defaults
 from multiverse_jax.config import CC_GROUPS, CONFIG_PATH, experiment_from_config
 from multiverse_jax.errors import InputError
 
@@ -27,7 +28,10 @@ IDS = [g[0] if g[1] == "" else f"{g[0]}.{g[1]}*" for g in GROUPS]
 
 
 def shipped() -> dict:
-    return OmegaConf.to_container(OmegaConf.load(CONFIG_PATH), resolve=False)
+    """The default config as Hydra composes it from the shipped tree."""
+    cfg = OmegaConf.to_container(config(), resolve=False)
+    assert cfg == defaults()
+    return cfg
 
 
 def config(*overrides):
@@ -56,10 +60,12 @@ def test_yaml_defaults_equal_dataclass_defaults(group, prefix, cls, _):
         assert type(value) is type(field.default), f"{group}.{prefix}{field.name}: {value!r} vs {field.default!r}"
 
 
-def test_cc_default_and_comment():
+def test_cc_default_and_group_options():
     assert shipped()["cc"] == Experiment.__dataclass_fields__["cc"].default == "none"
-    line = next(line for line in CONFIG_PATH.read_text().splitlines() if line.startswith("cc:"))
-    assert all(kind in line for kind in CC_KINDS)
+    options = {p.stem for p in (CONFIG_PATH.parent / "cc").glob("*.yaml")}
+    assert options == set(CC_KINDS)
+    for kind in CC_KINDS:
+        assert config(f"cc={kind}").cc == kind
 
 
 def test_default_experiment_has_default_cc_params():
@@ -182,9 +188,7 @@ def test_unknown_key_in_a_group_names_it_and_lists_valid_keys(cfg, bad, valid):
         (["switch.ecn_kmin_bytes=500000"], "switch.ecn_kmin_bytes (500000) must not exceed switch.ecn_kmax_bytes"),
         (["hpcc.eta=1.5"], "hpcc.eta must be a finite number > 0 and <= 1, got 1.5"),
         (["dcqcn.g=-0.1"], "dcqcn.g must be a finite number > 0 and <= 1, got -0.1"),
-        (["dctcp.g=fast"], "dctcp.g must be a finite number > 0 and <= 1, got 'fast'"),
-        (["timely.t_low_us=600"], "timely.t_low_us (600) must be below timely.t_high_us (500.0)"),
-        (["cc=reno"], "cc must be one of none, dcqcn, dctcp, hpcc, timely, got 'reno'"),
+        (["timely.t_low_us=600"], "timely.t_low_us (600.0) must be below timely.t_high_us (500.0)"),
         (["+dcqcn.gain=0.1"], "unknown config key 'dcqcn.gain' (valid keys: dcqcn.g,"),
     ],
 )
@@ -193,6 +197,24 @@ def test_cli_bad_values_exit_2(tmp_path, capsys, overrides, needle):
     err = capsys.readouterr().err
     assert needle in " ".join(err.split()) and "Traceback" not in err
     assert not (tmp_path / "fct.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "override, needles",
+    [
+        ("dctcp.g=fast", ["could not be converted to Float", "full_key: dctcp.g"]),
+        ("cc=reno", ["Could not find 'cc/reno'", "dcqcn", "timely"]),
+        ("switch.bufer_bytes=1", ["Key 'bufer_bytes' not in 'SwitchConfig'"]),
+        ("topology.k=four", ["could not be converted to Integer", "full_key: topology.k"]),
+    ],
+)
+def test_schema_rejects_wrong_types_keys_and_options_when_composing(override, needles):
+    """The structured schema (conf/schema.py) catches these before any of our code runs."""
+    with pytest.raises(Exception) as info:
+        config(override)
+    message = f"{info.value} {info.value.__cause__}"
+    for needle in needles:
+        assert needle in message
 
 
 def test_cli_subprocess_bad_cc_param_exits_2(tmp_path):

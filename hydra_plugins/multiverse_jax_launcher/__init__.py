@@ -1,0 +1,1 @@
+"""Hydra plugin of multiverse-jax: the batched launcher (``hydra/launcher=batched``)."""
