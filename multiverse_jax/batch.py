@@ -499,6 +499,15 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
     return params, state
 
 
+def _derive(experiments) -> list[_Derived]:
+    return [_Derived(exp.validate(), trigger_tables(exp.flows)) for exp in experiments]
+
+
+def needed_static(experiments, *, slots_per_host: int = 256, n_samples: int = 64) -> Static:
+    """The shapes ``build_batch`` gives ``experiments`` (validated) when no ``static`` is passed."""
+    return _static_of(tuple(experiments), _derive(experiments), slots_per_host, n_samples)
+
+
 def build_batch(
     experiments, *, slots_per_host: int = 256, static: Static | None = None, n_samples: int = 64
 ) -> Batch:
@@ -514,7 +523,7 @@ def build_batch(
         raise InputError("a batch needs at least one experiment")
     if slots_per_host < 1:
         raise InputError(f"sim.packets_per_host must be >= 1, got {slots_per_host}")
-    derived = [_Derived(exp.validate(), trigger_tables(exp.flows)) for exp in experiments]
+    derived = _derive(experiments)
     needed = _static_of(experiments, derived, slots_per_host, n_samples)
     if static is None:
         static = needed

@@ -117,7 +117,14 @@ def _merge(defaults: dict, given: dict, prefix: str) -> dict:
 def resolve_config(cfg) -> dict:
     """The full config as a plain dict: ``cfg`` (DictConfig or dict) over the shipped defaults."""
     try:
-        given = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else copy.deepcopy(dict(cfg))
+        if isinstance(cfg, DictConfig):  # every node but Hydra's own (its run-time values may be unset)
+            given = {}
+            for key in cfg:
+                if key != "hydra":
+                    node = cfg._get_node(key)
+                    given[key] = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else cfg[key]
+        else:
+            given = copy.deepcopy(dict(cfg))
     except OmegaConfBaseException as exc:
         raise InputError(f"cannot resolve the config: {exc}") from None
     given.pop("hydra", None)

@@ -4,6 +4,12 @@
 chain of systems below; ``advance`` applies it to every experiment of the batch (vmap,
 or a loop over experiments on a CPU) and loops over up to K steps in one compiled program; ``run`` calls ``advance`` until every experiment has finished
 (or failed), checking the error words on the host between calls.
+
+Several devices (``run(..., devices=N)``): the experiment axis E of every leaf of the
+batch is sharded over a 1-D mesh of N local devices (axis ``"experiments"``), and the
+same per-experiment program runs on each device's slice under ``jax.shard_map`` (see
+``sharded_advance``). Experiments never interact, so no device talks to another inside
+a call; the host loop is unchanged.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.systems.ack import ack
@@ -89,8 +98,7 @@ def _steps_until_stopped(step_fn, state: State, n_steps: int) -> State:
     return jax.lax.while_loop(running, body, (jnp.int32(0), state))[1]
 
 
-@functools.partial(jax.jit, static_argnames=("n_steps", "batching"))
-def advance(params: Params, state: State, n_steps: int, batching: str = "auto") -> State:
+def _advance(params: Params, state: State, n_steps: int, batching: str = "auto") -> State:
     """Up to ``n_steps`` windows of every experiment of the batch (leading axis E), one program.
 
     Stops early once every experiment has finished or failed, so a batch never steps
@@ -111,6 +119,80 @@ def advance(params: Params, state: State, n_steps: int, batching: str = "auto") 
     return _steps_until_stopped(lambda s: jax.vmap(_step_if_running)(params, s), state, n_steps)
 
 
+advance = jax.jit(_advance, static_argnames=("n_steps", "batching"))
+
+
+# --- Sharding the experiment axis over local devices -------------------------------------
+
+EXPERIMENTS_AXIS = "experiments"
+
+
+def resolve_devices(devices: int | str | None) -> tuple | None:
+    """The local devices to shard the experiment axis over, or None for one device.
+
+    ``None`` or ``1``: None (the unsharded path). ``N > 1``: the first N of
+    ``jax.local_devices()``. ``"all"``: every local device (None if there is only one).
+    """
+    if devices is None:
+        return None
+    available = jax.local_devices()
+    if devices == "all":
+        n = len(available)
+    elif isinstance(devices, (int, np.integer)) and not isinstance(devices, bool):
+        n = int(devices)
+    else:
+        raise ValueError(f"devices must be a positive integer or 'all', got {devices!r}")
+    if n < 1:
+        raise ValueError(f"devices must be >= 1, got {n}")
+    if n > len(available):
+        raise ValueError(
+            f"devices={n} asks for more devices than exist: {len(available)} local "
+            f"{jax.default_backend()} device(s) available"
+        )
+    return None if n == 1 else tuple(available[:n])
+
+
+def experiment_mesh(devices: tuple) -> Mesh:
+    """A 1-D mesh over ``devices`` whose one axis, ``"experiments"``, splits the batch."""
+    return Mesh(np.array(devices, dtype=object), (EXPERIMENTS_AXIS,))
+
+
+def shard_batch(tree, mesh: Mesh):
+    """Place every leaf of ``tree`` (leading axis E) split along E over ``mesh``: device i
+    holds experiments [i E/N, (i+1) E/N)."""
+    return jax.device_put(tree, NamedSharding(mesh, P(EXPERIMENTS_AXIS)))
+
+
+@functools.lru_cache(maxsize=None)
+def sharded_advance(devices: tuple, n_steps: int, batching: str):
+    """``advance`` with the experiment axis sharded over ``devices``: a compiled function
+    ``(params, state) -> state`` (built once per devices / n_steps / batching, cached).
+
+    ``jax.shard_map`` runs ``_advance`` on each device's slice of E/N experiments: the
+    same per-experiment program (vmap or map over the slice, then the early-stop loop),
+    only with a smaller batch. Nothing crosses devices: there is no collective, and
+    each device's early-stop ``while_loop`` ends when its own experiments have all
+    finished or failed. An experiment's result never depends on the others of its
+    batch (nor on the batch size: see ``test_batch_equals_each_experiment_alone``), so
+    the sharded run gives the unsharded results, bit for bit. The output stays sharded
+    the same way, so the host loop feeds it back without moving any data.
+    """
+    mode = resolve_batching(batching)
+    spec = P(EXPERIMENTS_AXIS)
+
+    def per_shard(params: Params, state: State) -> State:
+        return _advance(params, state, n_steps, mode)
+
+    # check_vma=False: the body has no collectives, so JAX's tracking of which values vary
+    # over the mesh axis (it guards collectives and autodiff) has nothing to check; with
+    # it on, every loop carry built from constants inside the systems' while_loops would
+    # need an explicit ``pcast`` to "varying" to match the sharded values it is mixed with.
+    mapped = jax.shard_map(
+        per_shard, mesh=experiment_mesh(devices), in_specs=(spec, spec), out_specs=spec, check_vma=False
+    )
+    return jax.jit(mapped)
+
+
 def run(
     params: Params,
     state: State,
@@ -118,19 +200,40 @@ def run(
     steps_per_call: int = 64,
     batching: str = "auto",
     on_progress: Callable[[State], None] | None = None,
+    devices: int | str | None = None,
 ) -> tuple[State, dict]:
     """Advance until every experiment is done or has an error; returns the state and timings.
 
     The host looks at the batch only between calls (done flags, error words), so the
     stepped loop never syncs with the host.
+
+    ``devices`` (see ``resolve_devices``): ``None`` or ``1`` runs the batch on the
+    default device. ``N > 1`` or ``"all"`` shards the experiment axis over N local
+    devices (``sharded_advance``); E must then be a multiple of N (``simulate`` pads the
+    batch for you) and the returned state stays sharded. Same results, bit for bit.
     """
     resolve_batching(batching)  # a bad value fails here, before compiling
+    mesh_devices = resolve_devices(devices)
+    sharded = None
+    if mesh_devices is not None:
+        n_experiments = state.done.shape[0]
+        if n_experiments % len(mesh_devices):
+            raise ValueError(
+                f"{n_experiments} experiments cannot be split evenly over {len(mesh_devices)} devices; "
+                "pad the batch to a multiple of the device count (simulate does this)"
+            )
+        mesh = experiment_mesh(mesh_devices)
+        params, state = shard_batch(params, mesh), shard_batch(state, mesh)
+        sharded = sharded_advance(mesh_devices, steps_per_call, resolve_batching(batching))
     wall_start = time.perf_counter()
     n_calls = 0
     first_call_s = None
     while True:
         call_start = time.perf_counter()
-        state = advance(params, state, steps_per_call, batching)
+        if sharded is None:
+            state = advance(params, state, steps_per_call, batching)
+        else:
+            state = sharded(params, state)
         done, error = jax.device_get((state.done, state.error))
         n_calls += 1
         if first_call_s is None:

@@ -140,14 +140,34 @@ def simulate(
     batching: str = "auto",
     static: Static | None = None,
     on_progress: Callable[[State], None] | None = None,
+    devices: int | str | None = None,
 ) -> list[Result]:
     """Simulate ``experiments`` (a list of Experiment) as one batched program.
 
     Experiments with ``sample_interval_us > 0`` also return their time series.
+
+    ``devices``: ``None`` or ``1`` runs on the default device; ``N > 1`` or ``"all"``
+    shards the experiments over N local devices (``engine.run``), with the same
+    results, bit for bit. The experiment axis must split evenly, so the batch is padded
+    to a multiple of N with copies of the last experiment. A copy starts marked done,
+    so it never steps (it costs memory, not time), and its results are discarded: the
+    returned list has one Result per given experiment, in order, as without padding.
+    ``on_progress`` sees the padded batch.
     """
+    experiments = list(experiments)
+    n_real = len(experiments)
+    mesh_devices = engine.resolve_devices(devices)  # fails early on a bad count
+    n_devices = 1 if mesh_devices is None else len(mesh_devices)
+    padding = -n_real % n_devices
+    if padding and experiments:
+        experiments += [experiments[-1]] * padding
     batch = build_batch(experiments, slots_per_host=slots_per_host, static=static, n_samples=steps_per_call)
+    state = batch.state
+    if padding:
+        state = state.replace(done=state.done.at[n_real:].set(True))
+        batch = dataclasses.replace(batch, experiments=batch.experiments[:n_real])
     sampling = any(e.sample_interval_us > 0 for e in batch.experiments)
-    collector = SampleCollector(len(batch.experiments)) if sampling else None
+    collector = SampleCollector(n_real + padding) if sampling else None
 
     def progress(state: State) -> None:
         if collector is not None:
@@ -156,6 +176,6 @@ def simulate(
             on_progress(state)
 
     state, timings = engine.run(
-        batch.params, batch.state, steps_per_call=steps_per_call, batching=batching, on_progress=progress
+        batch.params, state, steps_per_call=steps_per_call, batching=batching, on_progress=progress, devices=devices
     )
     return results(batch, state, timings, collector)

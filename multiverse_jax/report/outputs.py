@@ -239,13 +239,19 @@ def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict 
     return files
 
 
-def write_oom_summary(run_dir, message: str, usage: dict) -> Path:
-    """``summary.json`` of a design point that does not fit in GPU memory (nothing simulated)."""
+def write_status_summary(run_dir, status: str, message: str, **extra) -> Path:
+    """``summary.json`` of a design point that was not simulated (``status`` "oom" or
+    "invalid"), with the reason under ``error``."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "summary.json"
-    path.write_text(json.dumps(_plain({"status": "oom", "error": message, "memory_bytes": usage}), indent=2) + "\n")
+    path.write_text(json.dumps(_plain({"status": status, "error": message, **extra}), indent=2) + "\n")
     return path
+
+
+def write_oom_summary(run_dir, message: str, usage: dict) -> Path:
+    """``summary.json`` of a design point that does not fit in GPU memory (nothing simulated)."""
+    return write_status_summary(run_dir, "oom", message, memory_bytes=usage)
 
 
 def _table(series: dict, columns) -> pa.Table:

@@ -1,0 +1,655 @@
+"""The ``multiverse-jax-report`` command: rank and plot the design points of a sweep.
+
+    multiverse-jax-report SWEEP_DIR [--metric job_time_us] [--top 10] [--out DIR]
+    python -m multiverse_jax.report.sweep_report SWEEP_DIR ...
+
+Inputs (written by a sweep into ``SWEEP_DIR``):
+
+* ``results.parquet``: one row per design point. Bookkeeping columns ``job_num``,
+  ``job_dir`` (the point's job directory, relative to ``SWEEP_DIR``), ``overrides`` (the
+  point's config overrides as one string), ``point_key``, ``status`` (ok, failed, oom or
+  invalid) and ``reason`` ('' when ok); one column per config value, by dotted key
+  (``topology.k``, ``cc``, ``switch.buffer_bytes``, ...; non-scalar values as JSON
+  strings); one double column per metric (``job_time_us``, ``fct_p99_us``, ...; NaN where
+  it does not apply). The schema metadata key ``multiverse_jax`` holds the JSON
+  ``{"config_columns": [...], "metric_columns": [...]}`` that says which column is which;
+  without it, the metrics are the known metric names present and the config columns are
+  those with a '.' in their name, plus ``cc`` and ``lb`` (``column_roles``).
+* ``SWEEP_DIR/<job_dir>/flows.parquet`` of each ok point: the run's per-flow table, of
+  which the flow completion times ``fct_us`` (µs, NaN for unfinished flows) are read.
+
+Outputs: on stdout a table of the ``--top`` best ok points by ``--metric`` (lowest
+first), the number of points by status and the points that are not ok with their reason;
+in ``--out`` (default ``SWEEP_DIR/report/``):
+
+* ``metric_vs_params.png``: the metric against each swept parameter (``swept_parameters``);
+* ``fct_cdf.png``: the FCT CDFs of the ok points overlaid (at most ``MAX_CDF_CURVES``: the
+  best and the worst half of that by the metric when there are more);
+* ``parallel_coordinates.png``: the design space, one axis per swept parameter plus the
+  metric, one line per ok point coloured by the metric.
+
+With no swept parameter (a single design point) the first and the last are skipped.
+
+Exit codes: 0 success; 2 bad input (a missing directory or file, an unreadable file, an
+unknown metric), reported in one line on stderr without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from multiverse_jax.errors import InputError
+
+PROG = "multiverse-jax-report"
+EXIT_BAD_INPUT = 2
+
+RESULTS_FILE = "results.parquet"
+FLOWS_FILE = "flows.parquet"  # a job directory's per-flow table (report.outputs.write_outputs)
+REPORT_DIR = "report"  # default output directory, under SWEEP_DIR
+METADATA_KEY = b"multiverse_jax"  # schema metadata: {"config_columns": [...], "metric_columns": [...]}
+
+METRIC_VS_PARAMS_FILE = "metric_vs_params.png"
+FCT_CDF_FILE = "fct_cdf.png"
+PARALLEL_FILE = "parallel_coordinates.png"
+
+STATUS_OK = "ok"
+STATUSES = ("ok", "failed", "oom", "invalid")  # the order the status counts are printed in
+BOOKKEEPING_COLUMNS = ("job_num", "job_dir", "overrides", "point_key", "status", "reason")
+REQUIRED_COLUMNS = ("job_dir", "overrides", "status")  # what the report cannot do without
+# The metric columns a sweep writes; only the fallback when the schema metadata is absent.
+KNOWN_METRICS = (
+    "job_time_us",
+    "fct_mean_us",
+    "fct_p50_us",
+    "fct_p99_us",
+    "max_queue_bytes",
+    "pfc_pauses",
+    "simulated_time_us",
+    "n_flows",
+    "flows_finished",
+    "skip_share",
+    "iteration_time_us",
+    "compute_us",
+    "exposed_comm_us",
+    "bubble_us",
+    "wall_s",
+)
+FALLBACK_CONFIG_NAMES = ("cc", "lb")  # config columns without a '.' in their name
+
+MAX_CDF_CURVES = 12  # more ok points: the best and the worst MAX_CDF_CURVES // 2
+MAX_LISTED_PROBLEMS = 20  # non-ok points listed with their reason
+MAX_AXIS_LABELS = 12  # categorical axis of the parallel coordinates: label at most this many values
+LOG_DECADES = 2.0  # a positive numeric axis spanning more decades than this is drawn in log scale
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the sweep
+# --------------------------------------------------------------------------------------------
+
+
+def load_results(sweep_dir) -> pa.Table:
+    """``SWEEP_DIR/results.parquet`` as a table; InputError naming the path if absent or unreadable."""
+    import pyarrow.parquet as pq
+
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        what = "is not a directory" if sweep_dir.exists() else "does not exist"
+        raise InputError(f"sweep directory {sweep_dir} {what} (expected a sweep directory with {RESULTS_FILE})")
+    path = sweep_dir / RESULTS_FILE
+    if not path.is_file():
+        raise InputError(f"{sweep_dir} has no {RESULTS_FILE} (expected the results of a multiverse-jax sweep)")
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise InputError(f"cannot read {path}: {' '.join(str(exc).split())}") from None
+    absent = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+    if absent:
+        plural = "s" if len(absent) > 1 else ""
+        raise InputError(f"{path} lacks column{plural} {', '.join(absent)} (expected {', '.join(REQUIRED_COLUMNS)})")
+    return table
+
+
+def column_roles(table: pa.Table) -> tuple[list[str], list[str]]:
+    """(config columns, metric columns) of a results table, each in table order.
+
+    From the schema metadata when it is there and well formed (names the table lacks are
+    dropped); otherwise the metrics are the ``KNOWN_METRICS`` present and the config
+    columns are those whose name has a '.' or is ``cc``/``lb``, minus bookkeeping and metrics.
+    """
+    names = table.column_names
+    roles = None
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    if raw is not None:
+        try:
+            meta = json.loads(raw)
+            config, metrics = meta["config_columns"], meta["metric_columns"]
+            if all(isinstance(c, str) for c in [*config, *metrics]):
+                roles = set(config), set(metrics)
+        except (ValueError, TypeError, KeyError):
+            roles = None  # malformed metadata: fall back on the column names
+    if roles is None:
+        metrics = set(KNOWN_METRICS) & set(names)
+        config = {
+            n
+            for n in names
+            if ("." in n or n in FALLBACK_CONFIG_NAMES) and n not in BOOKKEEPING_COLUMNS and n not in metrics
+        }
+        roles = config, metrics
+    config, metrics = roles
+    return [n for n in names if n in config], [n for n in names if n in metrics]
+
+
+def metric_columns(table: pa.Table) -> list[str]:
+    return column_roles(table)[1]
+
+
+def config_columns(table: pa.Table) -> list[str]:
+    return column_roles(table)[0]
+
+
+def _hashable(value):
+    """A set key for a cell: NaN equal to NaN, lists and dicts (unencoded non-scalars) as JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return ("nan",)
+    if isinstance(value, (list, dict)):
+        return ("json", json.dumps(value, sort_keys=True, default=str))
+    return (type(value).__name__, value) if isinstance(value, bool) else value
+
+
+def swept_parameters(table: pa.Table) -> list[str]:
+    """The config columns with more than one distinct value over all points (null counts as a value)."""
+    return [c for c in config_columns(table) if len({_hashable(v) for v in table.column(c).to_pylist()}) > 1]
+
+
+def _as_float(value) -> float:
+    """A metric cell as a float: null (None) as NaN."""
+    return float("nan") if value is None else float(value)
+
+
+def _check_metric(table: pa.Table, metric: str) -> None:
+    valid = metric_columns(table)
+    if metric not in valid:
+        raise InputError(f"unknown metric {metric!r} (metric columns: {', '.join(valid) or 'none'})")
+
+
+def ok_rows(table: pa.Table) -> list[dict]:
+    """The rows (dicts by column name) of the points whose status is ok, in table order."""
+    return [row for row in table.to_pylist() if row.get("status") == STATUS_OK]
+
+
+def best_points(table: pa.Table, metric: str, top: int = 10) -> list[dict]:
+    """The ``top`` ok points with the lowest finite ``metric``, best first, as row dicts.
+
+    Points whose metric is NaN or null are left out; ties keep the table order. An unknown
+    metric is an InputError listing the metric columns.
+    """
+    _check_metric(table, metric)
+    ranked = [row for row in ok_rows(table) if math.isfinite(_as_float(row[metric]))]
+    ranked.sort(key=lambda row: _as_float(row[metric]))  # stable: ties in table order
+    return ranked[: max(0, int(top))]
+
+
+def default_metric(table: pa.Table) -> str:
+    """``iteration_time_us`` if some ok point has a finite one, else ``job_time_us``
+    (else the first metric column, when a sweep has neither)."""
+    metrics = metric_columns(table)
+    ok = ok_rows(table)
+    if "iteration_time_us" in metrics and any(math.isfinite(_as_float(r["iteration_time_us"])) for r in ok):
+        return "iteration_time_us"
+    if "job_time_us" in metrics or not metrics:
+        return "job_time_us"
+    return metrics[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Plots
+# --------------------------------------------------------------------------------------------
+
+
+def _figure(width: float, height: float):
+    """A matplotlib Figure on the Agg canvas (no pyplot, no global backend state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _is_numeric(table: pa.Table, column: str) -> bool:
+    """Integer or floating column (booleans and strings are categorical)."""
+    kind = table.schema.field(column).type
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind)
+
+
+def _wide_range(values: np.ndarray) -> bool:
+    """Positive values spanning more than ``LOG_DECADES`` decades (drawn on a log scale)."""
+    values = values[np.isfinite(values)]
+    return bool(values.size) and values.min() > 0 and math.log10(values.max() / values.min()) > LOG_DECADES
+
+
+def _label(value) -> str:
+    """Axis text of a config value."""
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def _categories(values: list) -> list:
+    """The distinct values of a column in display order: sorted, null (and NaN) last."""
+    distinct = list({_hashable(v): v for v in values}.values())
+    missing = [v for v in distinct if v is None or (isinstance(v, float) and math.isnan(v))]
+    present = [v for v in distinct if not (v is None or (isinstance(v, float) and math.isnan(v)))]
+    try:
+        present.sort()
+    except TypeError:  # mixed types
+        present.sort(key=str)
+    return present + missing
+
+
+def _numeric_values(rows: list[dict], column: str) -> np.ndarray | None:
+    """The column's values as floats, or None if one of them is null or NaN (then drawn as categories)."""
+    values = np.array([_as_float(r[column]) for r in rows], float)
+    return values if np.isfinite(values).all() else None
+
+
+def plot_metric_vs_params(table: pa.Table, metric: str, params: list[str], path) -> Path:
+    """One subplot per swept parameter: the metric of each ok point against the parameter's value.
+
+    Numeric parameters: a scatter plus the mean per value as a line, sorted by value (log x
+    when the values span more than two decades). Categorical ones (strings, booleans, or a
+    numeric column with nulls): the points of each category at evenly spaced positions,
+    the category mean marked by a bar.
+    """
+    rows = [r for r in ok_rows(table) if math.isfinite(_as_float(r[metric]))]
+    y = np.array([_as_float(r[metric]) for r in rows], float)
+    ncols = min(3, len(params))
+    nrows = math.ceil(len(params) / ncols)
+    fig = _figure(4.2 * ncols, 3.4 * nrows)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax in axes[len(params) :]:
+        ax.set_visible(False)
+    for ax, param in zip(axes, params):
+        x = _numeric_values(rows, param) if _is_numeric(table, param) else None
+        if x is not None:
+            ax.scatter(x, y, s=18, alpha=0.6, color="tab:blue", label="points")
+            values = np.unique(x)
+            means = [y[x == v].mean() for v in values]
+            ax.plot(values, means, color="tab:red", lw=1.5, marker="o", ms=4, label="mean")
+            if _wide_range(x):
+                ax.set_xscale("log")
+            elif len(values) <= 8:  # a small grid: tick its values (rotated, they can be long)
+                ax.set_xticks(values, [_label(v) for v in _categories([r[param] for r in rows])])
+                ax.tick_params(axis="x", labelrotation=30)
+            else:
+                ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
+        else:
+            cells = [r[param] for r in rows]
+            categories = _categories(cells)
+            index = {_hashable(c): i for i, c in enumerate(categories)}
+            pos = np.array([index[_hashable(c)] for c in cells], float)
+            # A small deterministic spread so that equal metrics of one category stay visible.
+            jitter = (np.arange(len(pos)) % 5 - 2) * 0.04
+            ax.scatter(pos + jitter, y, s=18, alpha=0.6, color="tab:blue", label="points")
+            for i in range(len(categories)):
+                if (pos == i).any():
+                    ax.scatter([i], [y[pos == i].mean()], marker="_", s=600, lw=2.5, color="tab:red", zorder=3)
+            ax.scatter([], [], marker="_", s=100, lw=2.5, color="tab:red", label="mean")
+            ax.set_xticks(range(len(categories)), [_label(c) for c in categories])
+            ax.set_xlim(-0.5, len(categories) - 0.5)
+            if len(categories) > 4:
+                ax.tick_params(axis="x", labelrotation=30)
+        ax.set_xlabel(param)
+        ax.set_ylabel(metric)
+        ax.grid(True, alpha=0.3)
+        if not rows:
+            ax.text(0.5, 0.5, f"no ok point with a {metric}", ha="center", va="center", transform=ax.transAxes)
+    axes[0].legend(fontsize="x-small")
+    fig.suptitle(f"{metric} against the swept parameters ({len(rows)} ok points)", fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)
+
+
+def _cdf_points(rows: list[dict], metric: str) -> tuple[list[dict], bool]:
+    """The ok points whose CDF is drawn, best first, and whether that is a selection.
+
+    At most ``MAX_CDF_CURVES``: beyond that, the best and the worst half of that number by
+    the metric (points with a NaN metric only fill in when too few have one).
+    """
+    ranked = sorted((r for r in rows if math.isfinite(_as_float(r[metric]))), key=lambda r: _as_float(r[metric]))
+    unranked = [r for r in rows if not math.isfinite(_as_float(r[metric]))]
+    if len(rows) <= MAX_CDF_CURVES:
+        return ranked + unranked, False
+    half = MAX_CDF_CURVES // 2
+    if len(ranked) >= MAX_CDF_CURVES:
+        return ranked[:half] + ranked[-half:], True
+    return ranked + unranked[: MAX_CDF_CURVES - len(ranked)], True
+
+
+def _read_fct(sweep_dir: Path, row: dict) -> np.ndarray:
+    """``fct_us`` of a point's flows.parquet; InputError naming the file if absent or unreadable."""
+    import pyarrow.parquet as pq
+
+    if row.get("job_dir") is None:
+        raise InputError(f"job {row.get('job_num')} has no job_dir")
+    path = sweep_dir / str(row["job_dir"]) / FLOWS_FILE
+    if not path.is_file():
+        raise InputError(f"{path} does not exist")
+    try:
+        flows = pq.read_table(path, columns=["fct_us"])
+    except Exception as exc:  # a damaged file, or no fct_us column
+        raise InputError(f"cannot read fct_us of {path}: {' '.join(str(exc).split())}") from None
+    return flows.column("fct_us").to_numpy(zero_copy_only=False).astype(float)
+
+
+def _cdf_steps(fct_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) of the empirical CDF step of ``report.outputs.plot_fct_cdf``: the finished
+    flows' completion times against the fraction of all flows (unfinished ones never count)."""
+    finished = np.sort(fct_us[~np.isnan(fct_us)])
+    fraction = np.arange(1, finished.size + 1) / max(1, fct_us.size)
+    return np.concatenate([[0.0], finished]), np.concatenate([[0.0], fraction])
+
+
+def _point_label(row: dict) -> str:
+    return str(row.get("overrides") or "") or f"job {row.get('job_dir')} (defaults)"
+
+
+def plot_fct_cdfs(sweep_dir, table: pa.Table, metric: str, path) -> tuple[Path | None, list[str]]:
+    """The FCT CDFs of the ok points overlaid, one line per point labelled by its overrides.
+
+    Returns (the path, or None when no ok point has a readable flows.parquet, and notes on
+    the points left out because their flows.parquet is missing or unreadable).
+    """
+    import matplotlib
+
+    sweep_dir = Path(sweep_dir)
+    rows = ok_rows(table)
+    chosen, selected = _cdf_points(rows, metric)
+    curves, notes = [], []
+    for row in chosen:
+        try:
+            curves.append((row, _read_fct(sweep_dir, row)))
+        except InputError as exc:
+            notes.append(f"no FCT CDF for job {row.get('job_num', row.get('job_dir'))}: {exc}")
+    if not curves:
+        return None, notes
+    fig = _figure(9, 5.5)
+    ax = fig.add_subplot()
+    palette = matplotlib.colormaps["tab20" if len(curves) > 10 else "tab10"]
+    all_finished = []
+    for k, (row, fct) in enumerate(curves):
+        x, y = _cdf_steps(fct)
+        all_finished.append(x[1:])
+        value = _as_float(row[metric])
+        shown = f"{value:,.1f}" if math.isfinite(value) else "-"
+        ax.step(x, y, where="post", lw=1.2, color=palette(k % palette.N), label=f"{_point_label(row)}  [{shown}]")
+    finished = np.concatenate(all_finished)
+    if _wide_range(finished):
+        ax.set_xscale("log")
+    else:
+        ax.set_xlim(left=0)
+    ax.set_xlabel("flow completion time (µs)")
+    ax.set_ylabel("fraction of flows")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3)
+    half = MAX_CDF_CURVES // 2
+    what = f"{len(rows)} ok points"
+    if selected:
+        what = f"best {half} and worst {half} of {what} by {metric}"
+    ax.set_title(f"FCT CDF: {what}", fontsize="medium")
+    ax.legend(fontsize="xx-small", loc="lower right", title=f"overrides  [{metric}]", title_fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path), notes
+
+
+def _axis(
+    table: pa.Table, rows: list[dict], column: str, *, grid: bool = True
+) -> tuple[np.ndarray, list[tuple[float, str]]]:
+    """A parallel-coordinates axis: each row's position in [0, 1] and the (position, label) ticks.
+
+    Numeric columns are scaled linearly from min to max (logarithmically when positive and
+    spanning more than two decades); categorical ones put their values evenly from 0 to 1.
+    A single value sits at 0.5. A numeric parameter (``grid``) with few values labels each
+    of them; otherwise (the metric) five evenly spaced values are labelled.
+    """
+    values = _numeric_values(rows, column) if _is_numeric(table, column) else None
+    if values is not None:
+        log = _wide_range(values)
+        scaled = np.log10(values) if log else values
+        lo, hi = float(scaled.min()), float(scaled.max())
+        if hi == lo:
+            return np.full(len(rows), 0.5), [(0.5, _label(values[0].item()))]
+        pos = (scaled - lo) / (hi - lo)
+        distinct = _categories([r[column] for r in rows])
+        if grid and len(distinct) <= MAX_AXIS_LABELS:  # a swept grid: label its values, as written
+            return pos, [(float(p), _label(v)) for p, v in zip(np.unique(pos), sorted(distinct))]
+        ticks = np.linspace(lo, hi, 5)  # a continuous axis (the metric): five evenly spaced labels
+        return pos, [((t - lo) / (hi - lo), _label(float(10**t if log else t))) for t in ticks]
+    cells = [r[column] for r in rows]
+    categories = _categories(cells)
+    n = len(categories)
+    spot = {_hashable(c): (i / (n - 1) if n > 1 else 0.5) for i, c in enumerate(categories)}
+    pos = np.array([spot[_hashable(c)] for c in cells], float)
+    step = max(1, math.ceil(n / MAX_AXIS_LABELS))  # thin out the labels of many categories
+    return pos, [(spot[_hashable(c)], _label(c)) for c in categories[::step]]
+
+
+def plot_parallel_coordinates(table: pa.Table, metric: str, params: list[str], path) -> Path:
+    """Parallel coordinates of the ok points: one vertical axis per swept parameter plus
+    the metric, each normalised to [0, 1] (``_axis``), one polyline per point coloured by
+    the metric (lower is darker in ``viridis``), with a colorbar."""
+    import matplotlib
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    rows = [r for r in ok_rows(table) if math.isfinite(_as_float(r[metric]))]
+    columns = [*params, metric]
+    fig = _figure(max(6.0, 1.9 * len(columns) + 2), 5)
+    ax = fig.add_subplot()
+    cmap = matplotlib.colormaps["viridis"]
+    y = np.array([_as_float(r[metric]) for r in rows], float)
+    norm = Normalize(vmin=float(y.min()) if y.size else 0.0, vmax=float(y.max()) if y.size else 1.0)
+    xs = np.arange(len(columns), dtype=float)
+    if rows:
+        axes = [_axis(table, rows, c, grid=c != metric) for c in columns]
+        positions = np.stack([pos for pos, _ in axes], axis=1)  # (points, axes)
+        # Worst first, so that the best points' lines are drawn on top.
+        for k in np.argsort(-y, kind="stable"):
+            ax.plot(xs, positions[k], color=cmap(norm(y[k])), lw=1.3, alpha=0.8)
+        for i, (_, ticks) in enumerate(axes):
+            for pos, text in ticks:
+                ax.text(xs[i] - 0.04, pos, text, ha="right", va="center", fontsize="x-small")
+    else:
+        ax.text(0.5, 0.5, f"no ok point with a {metric}", ha="center", va="center", transform=ax.transAxes)
+    for x in xs:
+        ax.axvline(x, color="black", lw=1.0)
+    ax.set_xticks(xs, columns, fontsize="small")
+    ax.set_xlim(-0.6, len(columns) - 0.8)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_yticks([])
+    for side in ("left", "right", "top", "bottom"):
+        ax.spines[side].set_visible(False)
+    fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=metric, pad=0.02)
+    ax.set_title(f"design space: {len(rows)} ok points coloured by {metric}", fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)
+
+
+def write_plots(sweep_dir, table: pa.Table, metric: str, out_dir) -> tuple[dict[str, Path], list[str]]:
+    """Write the report's figures into ``out_dir`` (created if needed).
+
+    Returns (the files written by name, notes on what was skipped and why).
+    """
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create output directory {out_dir}: {exc.strerror or exc}") from None
+    files: dict[str, Path] = {}
+    notes: list[str] = []
+    params = swept_parameters(table)
+    has_metric = any(math.isfinite(_as_float(r[metric])) for r in ok_rows(table))
+    try:
+        if not params:
+            notes.append(
+                f"no swept parameter (every point has the same config): skipped {METRIC_VS_PARAMS_FILE} "
+                f"and {PARALLEL_FILE}"
+            )
+        elif not has_metric:
+            notes.append(f"no ok point has a finite {metric}: skipped {METRIC_VS_PARAMS_FILE} and {PARALLEL_FILE}")
+        else:
+            files["metric_vs_params"] = plot_metric_vs_params(table, metric, params, out_dir / METRIC_VS_PARAMS_FILE)
+        cdf, cdf_notes = plot_fct_cdfs(sweep_dir, table, metric, out_dir / FCT_CDF_FILE)
+        notes.extend(cdf_notes)
+        if cdf is None:
+            notes.append(f"no ok point with a readable {FLOWS_FILE}: skipped {FCT_CDF_FILE}")
+        else:
+            files["fct_cdf"] = cdf
+        if params and has_metric:
+            files["parallel_coordinates"] = plot_parallel_coordinates(table, metric, params, out_dir / PARALLEL_FILE)
+    except OSError as exc:
+        raise InputError(f"cannot write into {out_dir}: {exc.strerror or exc}") from None
+    return files, notes
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Report on a multiverse-jax sweep: the best design points by a metric, the points that failed, "
+        "and plots of the metric over the design space.",
+    )
+    p.add_argument("sweep_dir", metavar="SWEEP_DIR", type=Path, help=f"sweep directory holding {RESULTS_FILE}")
+    p.add_argument(
+        "--metric",
+        default=None,
+        help="metric column to rank by, lowest first (default: iteration_time_us if the ok points have one, "
+        "else job_time_us)",
+    )
+    p.add_argument("--top", type=_positive, default=10, metavar="N", help="show the N best points (default 10)")
+    p.add_argument("--out", type=Path, default=None, help=f"directory for the plots (default: SWEEP_DIR/{REPORT_DIR})")
+    return p
+
+
+def _number(value, digits: int = 3) -> str:
+    value = _as_float(value)
+    return "-" if not math.isfinite(value) else f"{value:,.{digits}f}"
+
+
+def best_table(rows: list[dict], metric: str) -> Table:
+    """The rich table of the best points (``best_points``' rows)."""
+    table = Table(title=f"best {len(rows)} point{'s' if len(rows) != 1 else ''} by {metric} (lowest first)")
+    # In a narrow terminal the overrides fold (at spaces first; main prints the best one in full).
+    table.add_column("rank", justify="right")
+    table.add_column("job", justify="right")
+    table.add_column("overrides", overflow="fold")
+    table.add_column(metric, justify="right")
+    table.add_column("fct_p99_us", justify="right")
+    table.add_column("max_queue_bytes", justify="right")
+    table.add_column("status")
+    for rank, row in enumerate(rows, 1):
+        table.add_row(
+            str(rank),
+            escape(str(row.get("job_num", row.get("job_dir")))),
+            escape(_point_label(row)),
+            _number(row[metric]),
+            _number(row.get("fct_p99_us")),
+            _number(row.get("max_queue_bytes"), 0),
+            f"[green]{escape(str(row['status']))}[/]",
+        )
+    return table
+
+
+def status_counts(table: pa.Table) -> dict[str, int]:
+    """Number of points per status: ``STATUSES`` first (those present), then any other, by name."""
+    counts: dict[str, int] = {}
+    for status in table.column("status").to_pylist():
+        counts[str(status)] = counts.get(str(status), 0) + 1
+    order = [s for s in STATUSES if s in counts] + sorted(s for s in counts if s not in STATUSES)
+    return {s: counts[s] for s in order}
+
+
+def main(argv=None) -> int:
+    """Entry point of ``multiverse-jax-report``; returns the exit code."""
+    args = parser().parse_args(argv)
+    sweep_dir: Path = args.sweep_dir
+    out_dir: Path = args.out if args.out is not None else sweep_dir / REPORT_DIR
+    console = Console()
+    try:
+        table = load_results(sweep_dir)
+        metric = args.metric if args.metric is not None else default_metric(table)
+        best = best_points(table, metric, args.top)  # checks the metric
+
+        # The best points, then one line of the best one in full (the table may fold it).
+        if best:
+            console.print(best_table(best, metric))
+            console.print(
+                f"best: job {escape(str(best[0].get('job_num', best[0]['job_dir'])))}: "
+                f"{escape(_point_label(best[0]))} ({metric} = {_number(best[0][metric])})",
+                highlight=False,
+                soft_wrap=True,
+            )
+        else:
+            console.print(f"no ok point has a finite {metric}", highlight=False)
+
+        # How many points per status, then the ones that are not ok and why.
+        counts = status_counts(table)
+        console.print(
+            f"{table.num_rows} point{'s' if table.num_rows != 1 else ''}: "
+            + ", ".join(f"{n} {escape(s)}" for s, n in counts.items()),
+            highlight=False,
+        )
+        problems = [r for r in table.to_pylist() if r.get("status") != STATUS_OK]
+        for row in problems[:MAX_LISTED_PROBLEMS]:
+            reason = str(row.get("reason") or "") or "no reason given"
+            console.print(
+                f"  [red]{escape(str(row['status']))}[/] job {escape(str(row.get('job_num', row.get('job_dir'))))}: "
+                f"{escape(_point_label(row))}: {escape(reason)}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        if len(problems) > MAX_LISTED_PROBLEMS:
+            console.print(f"  ... and {len(problems) - MAX_LISTED_PROBLEMS} more", highlight=False)
+
+        files, notes = write_plots(sweep_dir, table, metric, out_dir)
+    except InputError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for note in notes:
+        console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
+    for path in files.values():
+        console.print(f"wrote {escape(str(path))}", highlight=False, soft_wrap=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""The batched Hydra launcher's work: a whole sweep as a few batched simulations.
+
+``hydra_plugins/multiverse_jax_launcher`` hands ``launch`` every design point of the sweep
+(Hydra's override lists). For each point, in order:
+
+1. compose its config (Hydra: schema types and keys), resolve and validate it
+   (``experiment_from_config``: ranges, files, sizes against the topology). A point
+   that fails is *invalid* (or *oom*: an LLM point that does not fit in GPU memory), with
+   the reason; it is reported as data, never as an exception, so the others go on;
+2. skip it if the sweep directory's ``results.parquet`` already holds it (same resolved
+   config: ``point_key``) -- a killed sweep resumes where it stopped;
+3. group the remaining points by static shape and run each group as ONE batched program,
+   in chunks that fit the device (``sweep/groups.py``), here or as Ray tasks;
+4. as each chunk finishes, give each point its Hydra job directory (``.hydra/`` config and
+   overrides, written by ``hydra.core.utils.run_job``) with the same outputs as a single
+   run (``summary.json``, ``flows.parquet``, ...), and rewrite ``results.parquet``.
+
+It returns one ``JobReturn`` per point, in Hydra's order, whose value is the point's
+summary (status ok, failed, oom or invalid). A progress bar on stderr counts points,
+simulated time and windows per second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+from omegaconf import open_dict
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from multiverse_jax.errors import InputError
+from multiverse_jax.sweep.results import ResultsTable, point_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Point:
+    """One design point of the sweep and what became of it."""
+
+    job_num: int
+    overrides: list[str]
+    hydra_config: object = None  # the composed DictConfig (with its hydra node); None if composing failed
+    config: dict | None = None  # resolved plain config
+    key: str = ""
+    experiment: object = None
+    options: dict = dataclasses.field(default_factory=dict)
+    status: str = "pending"  # pending | ok | failed | oom | invalid
+    reason: str = ""
+    summary: dict | None = None
+    result: object = None
+    resumed: bool = False
+    extra: dict = dataclasses.field(default_factory=dict)  # oom: memory usage
+
+
+def _reason(exc: BaseException) -> str:
+    """A one-paragraph reason: the message, and Hydra/OmegaConf's cause when it has one."""
+    text = str(exc).strip() or type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip() and str(cause).strip() not in text:
+        text += f": {str(cause).strip()}"
+    return " ".join(text.split())
+
+
+def _prepare(point: Point, launcher, table: ResultsTable, resume: bool) -> None:
+    """Compose, resolve and validate one point (or find it finished in the table)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from multiverse_jax.config import experiment_from_config, resolve_config, run_options
+    from multiverse_jax.workload.llm import OutOfMemory
+
+    try:
+        cfg = launcher.hydra_context.config_loader.load_sweep_config(launcher.config, list(point.overrides))
+    except Exception as exc:  # noqa: BLE001 -- a type error or unknown key in this point's overrides
+        point.status, point.reason = "invalid", _reason(exc)
+        point.key = point_key({"overrides": point.overrides})
+        return
+    with open_dict(cfg):
+        cfg.hydra.job.id = point.job_num
+        cfg.hydra.job.num = point.job_num
+    point.hydra_config = cfg
+    HydraConfig.instance().set_config(cfg)  # relative paths resolve against the original cwd
+    try:
+        point.config = resolve_config(cfg)
+    except InputError as exc:
+        point.status, point.reason = "invalid", _reason(exc)
+        point.key = point_key({"overrides": point.overrides})
+        return
+    point.key = point_key(point.config)
+    row = table.finished(point.key) if resume else None
+    if row is not None:
+        point.status, point.reason, point.resumed = row["status"], row["reason"] or "", True
+        return
+    try:
+        point.experiment = experiment_from_config(point.config)
+        point.options = run_options(point.config)
+    except OutOfMemory as exc:
+        point.status, point.reason, point.extra = "oom", str(exc), {"memory_bytes": exc.usage}
+    except InputError as exc:
+        point.status, point.reason = "invalid", _reason(exc)
+    except Exception as exc:  # noqa: BLE001 -- e.g. a bug in an importer: reported, the sweep goes on
+        point.status, point.reason = "invalid", f"{type(exc).__name__}: {_reason(exc)}"
+
+
+def _job_dir(point: Point, sweep_dir: Path) -> Path:
+    if point.hydra_config is None:
+        return sweep_dir / str(point.job_num)
+    return Path(str(point.hydra_config.hydra.sweep.dir)) / str(point.hydra_config.hydra.sweep.subdir)
+
+
+def _finish(point: Point, launcher, sweep_dir: Path, table: ResultsTable, group: int = -1, batch_size: int = 0):
+    """Write the point's job directory and table row; returns its JobReturn."""
+    from hydra.core.utils import JobReturn, JobStatus, configure_log, run_job
+
+    from multiverse_jax.report.outputs import write_outputs, write_status_summary
+
+    job_dir = _job_dir(point, sweep_dir)
+
+    def task(_cfg) -> dict:
+        """Runs inside Hydra's job (its output dir, logging, .hydra files) for this point."""
+        from hydra.core.hydra_config import HydraConfig
+
+        out = Path(HydraConfig.get().runtime.output_dir)
+        if point.resumed:  # its outputs are already there
+            return {"status": point.status, "error": point.reason, "resumed": True}
+        if point.result is not None:
+            plots = bool(point.config["output"]["plots"])
+            write_outputs(point.result, out, point.experiment, plots=plots, config=point.config)
+            return point.result.summary
+        write_status_summary(out, point.status, point.reason, **point.extra)
+        return {"status": point.status, "error": point.reason}
+
+    if point.hydra_config is not None:
+        ret = run_job(
+            hydra_context=launcher.hydra_context,
+            task_function=task,
+            config=point.hydra_config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+        configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
+        if ret.status == JobStatus.FAILED:  # writing outputs failed: report it as this point's failure
+            point.status, point.reason = "failed", f"writing outputs: {_reason(ret._return_value)}"
+            ret = JobReturn(overrides=list(point.overrides), status=JobStatus.COMPLETED, _return_value={
+                "status": point.status, "error": point.reason})
+    else:
+        summary = {"status": point.status, "error": point.reason, "overrides": point.overrides}
+        write_status_summary(job_dir, point.status, point.reason, overrides=point.overrides)
+        ret = JobReturn(overrides=list(point.overrides), working_dir=str(job_dir), status=JobStatus.COMPLETED)
+        ret.return_value = summary
+    if not point.resumed:
+        summary = point.result.summary if point.result is not None else {"status": point.status}
+        table.add(
+            job_num=point.job_num,
+            job_dir=job_dir.relative_to(sweep_dir) if job_dir.is_relative_to(sweep_dir) else job_dir,
+            overrides=point.overrides,
+            key=point.key,
+            status=point.status,
+            reason=point.reason,
+            config=point.config,
+            summary=summary,
+            group=group,
+            batch_size=batch_size,
+        )
+    return ret
+
+
+class SweepProgress:
+    """A progress bar across the sweep: points done, simulated time, windows per second."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.progress = Progress(
+            TextColumn("[bold]sweep"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            disable=not enabled,
+            transient=False,
+        )
+        self.task = self.progress.add_task("sweep", total=total, info="compiling")
+        self.start = time.perf_counter()
+        self.done_windows = 0  # windows of finished chunks
+        self.done_us = 0.0  # simulated µs of finished points
+        self.live = (0, 0.0)  # windows and simulated µs of the running chunk
+
+    def on_state(self, state) -> None:
+        windows, time_ps = (np.asarray(x) for x in (state.n_windows, state.time_ps))
+        self.live = (int(windows.sum()), float(time_ps.sum()) / 1e6)
+        self._show()
+
+    def on_points(self, points: list[Point]) -> None:
+        for point in points:
+            if point.result is not None:
+                self.done_windows += int(point.result.summary.get("n_windows", 0))
+                self.done_us += float(point.result.summary.get("simulated_time_us", 0.0))
+        self.live = (0, 0.0)
+        self.progress.advance(self.task, len(points))
+        self._show()
+
+    def _show(self) -> None:
+        windows = self.done_windows + self.live[0]
+        rate = windows / max(time.perf_counter() - self.start, 1e-9)
+        info = f"simulated {self.done_us + self.live[1]:,.0f} µs · {rate:,.0f} windows/s"
+        self.progress.update(self.task, info=info)
+
+
+def launch(launcher, job_overrides, initial_job_idx: int):
+    """``Launcher.launch``: every point of ``job_overrides`` (numbered from ``initial_job_idx``)."""
+    from hydra.core.utils import configure_log, setup_globals
+
+    from multiverse_jax.sweep.groups import simulate_many
+
+    setup_globals()
+    options = dict(launcher.options)
+    configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
+    sweep_dir = Path(str(launcher.config.hydra.sweep.dir)).absolute()
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    console = Console(stderr=True)
+    table = ResultsTable(sweep_dir)
+    points = [Point(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
+    for point in points:
+        _prepare(point, launcher, table, resume=bool(options.get("resume", True)))
+    pending = [p for p in points if p.status == "pending"]
+    resumed = sum(p.resumed for p in points)
+    console.print(
+        f"sweep of {len(points)} points in {sweep_dir}: {len(pending)} to simulate"
+        + (f", {resumed} already done (resumed)" if resumed else "")
+        + (f", {sum(p.status in ('invalid', 'oom') and not p.resumed for p in points)} invalid or oom"),
+        highlight=False,
+        soft_wrap=True,
+    )
+
+    returns: dict[int, object] = {}
+    # Points that need no simulation get their job directories first.
+    for point in points:
+        if point.status != "pending":
+            returns[point.job_num] = _finish(point, launcher, sweep_dir, table)
+    table.write()
+
+    bar = SweepProgress(len(pending), enabled=bool(options.get("progress", True)) and bool(pending))
+    group_ids: dict = {}
+
+    def on_group_done(group, indices, results) -> None:
+        gid = group_ids.setdefault(id(group), len(group_ids))
+        done = []
+        for i, result in zip(indices, results):
+            point = pending[i]
+            if isinstance(result, Exception):
+                point.status, point.reason = "failed", f"{type(result).__name__}: {_reason(result)}"
+            else:
+                point.result = result
+                point.status = result.summary["status"]
+                point.reason = result.summary.get("error", "") or ("" if point.status == "ok" else "did not finish")
+            returns[point.job_num] = _finish(point, launcher, sweep_dir, table, gid, len(group.members))
+            done.append(point)
+        table.write()
+        bar.on_points(done)
+
+    if pending:
+        ray_options = {"num_gpus_per_task": options.get("ray_num_gpus_per_task", 0)}
+        if options.get("ray_runtime_env") is not None:
+            ray_options["runtime_env"] = options["ray_runtime_env"]
+        with bar.progress:
+            simulate_many(
+                [p.experiment for p in pending],
+                [p.options for p in pending],
+                max_batch_size=options.get("max_batch_size"),
+                memory_fraction=float(options.get("memory_fraction", 0.5)),
+                ray_address=options.get("ray_address"),
+                ray_options=ray_options,
+                on_group_done=on_group_done,
+                on_progress=bar.on_state,
+            )
+    _print_summary(console, points, table)
+    return [returns[p.job_num] for p in points]
+
+
+def _print_summary(console: Console, points: list[Point], table: ResultsTable) -> None:
+    counts: dict[str, int] = {}
+    for point in points:
+        counts[point.status] = counts.get(point.status, 0) + 1
+    text = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    console.print(f"sweep done: {text}; table {table.path}", highlight=False, soft_wrap=True)
+    bad = [p for p in points if p.status != "ok"]
+    for point in bad[:20]:
+        console.print(
+            f"  job {point.job_num} ({escape(' '.join(point.overrides))}): [bold red]{point.status}[/bold red] "
+            f"{escape(point.reason)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if len(bad) > 20:
+        console.print(f"  ... and {len(bad) - 20} more (see the table)", highlight=False)
