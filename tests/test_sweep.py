@@ -1,0 +1,181 @@
+"""Sweeps through the batched Hydra launcher: one compiled program per shape, job dirs,
+the results table, invalid points, resume after a kill, and the grouping rules.
+
+Every sweep here is the same small shape (k=4 fat-tree, 16 flows of 20 KB, 40 packet
+slots per host, no time series): a few compiled programs serve the whole file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from multiverse_jax import cli, engine
+from multiverse_jax.components.static import Static
+from multiverse_jax.conf.schema import sweep_name
+from multiverse_jax.sweep import groups
+from multiverse_jax.sweep.groups import bucket, chunks, make_groups, simulate_many
+from multiverse_jax.sweep.results import TABLE_FILE
+
+SMALL = ["workload.flow_bytes=20000", "sim.packets_per_host=40", "sim.sample_interval_us=0", "output=minimal"]
+
+
+def multirun(monkeypatch, sweep_dir, *overrides) -> None:
+    """``multiverse-jax -m OVERRIDES`` in this process (so compiled programs are shared)."""
+    argv = ["multiverse-jax", "-m", *overrides, *SMALL, f"hydra.sweep.dir={sweep_dir}"]
+    monkeypatch.setattr(sys, "argv", argv)
+    cli._hydra_main()
+
+
+def table(sweep_dir) -> dict:
+    return pq.read_table(sweep_dir / TABLE_FILE).to_pydict()
+
+
+def same_flows(a, b) -> bool:
+    a, b = pq.read_table(a).to_pydict(), pq.read_table(b).to_pydict()
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+
+
+def test_sweep_is_one_compiled_batch_with_a_job_dir_per_point_equal_to_single_runs(monkeypatch, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    compiled_before = engine.advance._cache_size()
+    multirun(monkeypatch, sweep_dir, "cc=none,dcqcn", "lb=ecmp,spray", "switch.buffer_bytes=200000,400000,800000")
+    # 12 points, one static shape: one compiled program (this shape is new to the process).
+    assert engine.advance._cache_size() - compiled_before == 1
+    rows = table(sweep_dir)
+    assert len(rows["job_num"]) == 12 and set(rows["status"]) == {"ok"}
+    assert set(rows["group"]) == {0} and set(rows["batch_size"]) == {12}
+    assert sorted(set(rows["cc"])) == ["dcqcn", "none"] and sorted(set(rows["switch.buffer_bytes"])) == [
+        200000, 400000, 800000,
+    ]
+    for num, overrides, job_dir in zip(rows["job_num"], rows["overrides"], rows["job_dir"]):
+        point_dir = sweep_dir / job_dir
+        assert job_dir == str(num)
+        assert (point_dir / ".hydra" / "overrides.yaml").is_file() and (point_dir / "flows.parquet").is_file()
+        summary = json.loads((point_dir / "summary.json").read_text())
+        assert summary["status"] == "ok" and summary["config"]["switch"]["buffer_bytes"] in (200000, 400000, 800000)
+        # The same point as a single run (its own batch of one).
+        single_dir = tmp_path / f"single{num}"
+        config = cli_config(overrides.split())
+        assert cli.run(config, single_dir) == 0
+        single = json.loads((single_dir / "summary.json").read_text())
+        for key, value in summary.items():
+            if not key.startswith("batch_"):
+                assert single[key] == value, (overrides, key)
+        assert same_flows(point_dir / "flows.parquet", single_dir / "flows.parquet"), overrides
+    # The spraying points differ from the ECMP ones (the sweep really varied something).
+    lb = np.array(rows["lb"])
+    assert set(np.array(rows["max_queue_bytes"])[lb == "spray"]) != set(np.array(rows["max_queue_bytes"])[lb == "ecmp"])
+
+
+def cli_config(overrides):
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module("multiverse_jax.conf", version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+def test_a_sweep_with_invalid_points_finishes_the_others(monkeypatch, tmp_path, capsys):
+    sweep_dir = tmp_path / "sweep"
+    # A negative buffer and an odd fat-tree arity pass the schema (integers) but not validation.
+    multirun(monkeypatch, sweep_dir, "switch.buffer_bytes=200000,-5", "topology.k=4,3")
+    rows = table(sweep_dir)
+    status = dict(zip(rows["overrides"], rows["status"]))
+    reason = dict(zip(rows["overrides"], rows["reason"]))
+    ok = "switch.buffer_bytes=200000 topology.k=4 " + " ".join(SMALL)
+    assert status.pop(ok) == "ok" and reason[ok] == ""
+    assert set(status.values()) == {"invalid"} and len(status) == 3
+    assert reason[ok.replace("200000", "-5")] == "switch.buffer_bytes must be an integer >= 1, got -5"
+    assert "topology.k" in reason[ok.replace("k=4", "k=3")]
+    for num, st in zip(rows["job_num"], rows["status"]):
+        summary = json.loads((sweep_dir / str(num) / "summary.json").read_text())
+        assert summary["status"] == st
+    err = capsys.readouterr().err
+    assert "1 ok" in err and "3 invalid" in err and "switch.buffer_bytes must be an integer" in err
+
+
+def test_a_type_error_in_a_swept_value_stops_the_sweep_before_it_runs(monkeypatch, tmp_path, capsys):
+    """Hydra's sweeper composes every point up front: a typo is reported, naming the key."""
+    with pytest.raises(SystemExit):
+        multirun(monkeypatch, tmp_path / "sweep", "sim.seed=0,x")
+    err = capsys.readouterr().err
+    assert "sim.seed" in err and "could not be converted to Integer" in err
+    assert not (tmp_path / "sweep" / TABLE_FILE).exists()
+
+
+def test_killed_sweep_resumes_with_only_the_missing_points(monkeypatch, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    sweep = ("lb=ecmp,spray,flowlet", "sim.seed=1,2", "hydra.launcher.max_batch_size=2")
+    real_run_chunk = groups.run_chunk
+    simulated = []
+
+    def killed_after_two_chunks(experiments, *args, **kwargs):
+        if len(simulated) == 2:
+            raise KeyboardInterrupt  # what Ctrl-C (or a kill) does to the sweep mid-way
+        simulated.append(len(experiments))
+        return real_run_chunk(experiments, *args, **kwargs)
+
+    monkeypatch.setattr(groups, "run_chunk", killed_after_two_chunks)
+    with pytest.raises(KeyboardInterrupt):
+        multirun(monkeypatch, sweep_dir, *sweep)
+    assert simulated == [2, 2]
+    assert sorted(table(sweep_dir)["job_num"]) == [0, 1, 2, 3]  # the finished chunks were saved
+
+    simulated.clear()
+    monkeypatch.setattr(groups, "run_chunk", lambda experiments, *a, **k: simulated.append(len(experiments))
+                        or real_run_chunk(experiments, *a, **k))
+    multirun(monkeypatch, sweep_dir, *sweep)
+    assert simulated == [2]  # only points 4 and 5
+    rows = table(sweep_dir)
+    assert sorted(rows["job_num"]) == list(range(6)) and set(rows["status"]) == {"ok"}
+    assert len(set(rows["point_key"])) == 6
+
+    simulated.clear()
+    multirun(monkeypatch, sweep_dir, *sweep)  # everything done: nothing simulated
+    assert simulated == []
+
+
+def test_sweep_directory_is_named_after_the_overrides():
+    a = sweep_name(["cc=none,dcqcn", "lb=ecmp,spray"])
+    assert a == sweep_name(["lb=ecmp,spray", "cc=none,dcqcn"]) and a.startswith("cc=none,dcqcn__lb=ecmp,spray-")
+    assert a != sweep_name(["cc=none,dcqcn", "lb=ecmp"])
+    assert sweep_name([]).startswith("defaults-") and "/" not in sweep_name(["workload.path=/a/b.cm"])
+
+
+def test_bucket_grid():
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 6, 7, 9, 13, 17, 25, 33, 80, 100)] == [
+        1, 2, 3, 4, 6, 6, 8, 12, 16, 24, 32, 48, 96, 128,
+    ]
+    assert all(n <= bucket(n) <= 1.5 * n for n in range(1, 2000))
+
+
+def test_chunks_have_equal_size():
+    assert chunks([0, 1, 2, 3, 4], 2) == [[0, 1], [2, 3], [4, 4]]
+    assert chunks([7, 8], 5) == [[7, 8]]
+
+
+def test_groups_by_bucket_and_simulate_many_equals_simulate(small_experiments):
+    from multiverse_jax.simulate import simulate
+
+    exps = small_experiments
+    found = make_groups(exps, [{"slots_per_host": 40}] * len(exps))
+    assert [g.members for g in found] == [tuple(range(len(exps)))]
+    assert isinstance(found[0].static, Static)
+    results = simulate_many(exps, {"slots_per_host": 40}, max_batch_size=2)
+    alone = simulate(exps, slots_per_host=40, static=found[0].static)
+    for a, b in zip(results, alone):
+        assert all(np.array_equal(a.flows[k], b.flows[k], equal_nan=True) for k in a.flows)
+
+
+@pytest.fixture
+def small_experiments():
+    from multiverse_jax.config import experiment_from_config
+
+    return [
+        experiment_from_config({"workload": {"flow_bytes": 20000}, "sim": {"seed": s, "sample_interval_us": 0}, "lb": lb})
+        for s, lb in ((0, "ecmp"), (1, "spray"), (2, "flowlet"))
+    ]
