@@ -98,13 +98,44 @@ def test_a_sweep_with_invalid_points_finishes_the_others(monkeypatch, tmp_path, 
     assert "1 ok" in err and "3 invalid" in err and "switch.buffer_bytes must be an integer" in err
 
 
-def test_a_type_error_in_a_swept_value_stops_the_sweep_before_it_runs(monkeypatch, tmp_path, capsys):
-    """Hydra's sweeper composes every point up front: a typo is reported, naming the key."""
-    with pytest.raises(SystemExit):
-        multirun(monkeypatch, tmp_path / "sweep", "sim.seed=0,x")
-    err = capsys.readouterr().err
-    assert "sim.seed" in err and "could not be converted to Integer" in err
-    assert not (tmp_path / "sweep" / TABLE_FILE).exists()
+def test_a_point_that_does_not_compose_is_reported_and_the_others_run(monkeypatch, tmp_path):
+    """A wrong type in one swept value: that point is invalid with Hydra's message naming the
+    key (the batched sweeper leaves composing to the launcher); the other point runs."""
+    sweep_dir = tmp_path / "sweep"
+    multirun(monkeypatch, sweep_dir, "sim.seed=0,x")
+    rows = table(sweep_dir)
+    assert rows["status"] == ["ok", "invalid"]
+    assert "sim.seed" in rows["reason"][1] and "could not be converted to Integer" in rows["reason"][1]
+    assert json.loads((sweep_dir / "1" / "summary.json").read_text())["status"] == "invalid"
+
+
+def test_point_composer_equals_hydra(monkeypatch):
+    """sweep/compose.py's shortcut gives exactly the config Hydra composes for each point."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from multiverse_jax.sweep.compose import PointComposer
+
+    with initialize_config_module("multiverse_jax.conf", version_base=None):
+        from hydra.core.global_hydra import GlobalHydra
+
+        loader = GlobalHydra.instance().config_loader()
+        master = compose("config", overrides=["workload.flow_bytes=1000"], return_hydra_config=True)
+        composer = PointComposer(loader, master)
+        points = [
+            ["cc=dcqcn", "switch.buffer_bytes=400000"],
+            ["cc=dcqcn", "switch.buffer_bytes=800000", "dcqcn.g=0.5"],
+            ["topology=rail", "topology.servers=8", "lb=spray"],
+            ["switch=shallow", "sim.seed=3", "workload.model={layers: 2, hidden: 64}"],
+            ["cc=none", "switch.buffer_bytes=400000"],
+        ]
+        for overrides in points:
+            fast = OmegaConf.to_container(composer.compose(overrides), resolve=False)
+            slow = OmegaConf.to_container(loader.load_sweep_config(master, overrides), resolve=False)
+            for c in (fast, slow):
+                c["hydra"]["runtime"].pop("cwd")
+            assert fast == slow, overrides
+        assert len(composer.templates) == 4  # cc=dcqcn points share one composition
 
 
 def test_killed_sweep_resumes_with_only_the_missing_points(monkeypatch, tmp_path):

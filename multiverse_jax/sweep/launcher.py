@@ -3,7 +3,8 @@
 ``hydra_plugins/multiverse_jax_launcher`` hands ``launch`` every design point of the sweep
 (Hydra's override lists). For each point, in order:
 
-1. compose its config (Hydra: schema types and keys), resolve and validate it
+1. compose its config (as Hydra does: ``sweep/compose.py``; schema types and keys),
+   resolve and validate it
    (``experiment_from_config``: ranges, files, sizes against the topology). A point
    that fails is *invalid* (or *oom*: an LLM point that does not fit in GPU memory), with
    the reason; it is reported as data, never as an exception, so the others go on;
@@ -34,6 +35,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.sweep.compose import PointComposer
 from multiverse_jax.sweep.results import ResultsTable, point_key
 
 log = logging.getLogger(__name__)
@@ -67,7 +69,7 @@ def _reason(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _prepare(point: Point, launcher, table: ResultsTable, resume: bool) -> None:
+def _prepare(point: Point, composer, table: ResultsTable, resume: bool) -> None:
     """Compose, resolve and validate one point (or find it finished in the table)."""
     from hydra.core.hydra_config import HydraConfig
 
@@ -75,7 +77,7 @@ def _prepare(point: Point, launcher, table: ResultsTable, resume: bool) -> None:
     from multiverse_jax.workload.llm import OutOfMemory
 
     try:
-        cfg = launcher.hydra_context.config_loader.load_sweep_config(launcher.config, list(point.overrides))
+        cfg = composer.compose(point.overrides)
     except Exception as exc:  # noqa: BLE001 -- a type error or unknown key in this point's overrides
         point.status, point.reason = "invalid", _reason(exc)
         point.key = point_key({"overrides": point.overrides})
@@ -225,8 +227,9 @@ def launch(launcher, job_overrides, initial_job_idx: int):
     console = Console(stderr=True)
     table = ResultsTable(sweep_dir)
     points = [Point(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
+    composer = PointComposer(launcher.hydra_context.config_loader, launcher.config)
     for point in points:
-        _prepare(point, launcher, table, resume=bool(options.get("resume", True)))
+        _prepare(point, composer, table, resume=bool(options.get("resume", True)))
     pending = [p for p in points if p.status == "pending"]
     resumed = sum(p.resumed for p in points)
     console.print(

@@ -103,6 +103,10 @@ class ResultsTable:
         for name in flat:
             if name not in self.config_columns:
                 self.config_columns.append(name)
+        # A point that replaces another at the same job number (the sweep was edited): the
+        # old row no longer belongs to this sweep.
+        for old in [k for k, row in self.rows.items() if row["job_num"] == int(job_num) and k != key]:
+            del self.rows[old]
         self.rows[key] = {
             "job_num": int(job_num),
             "job_dir": str(job_dir),
