@@ -565,13 +565,14 @@ def _number(value, digits: int = 3) -> str:
     return "-" if not math.isfinite(value) else f"{value:,.{digits}f}"
 
 
-def best_table(rows: list[dict], metric: str) -> Table:
-    """The rich table of the best points (``best_points``' rows)."""
+def best_table(rows: list[dict], metric: str, swept: list[str] | None = None) -> Table:
+    """The rich table of the best points (``best_points``' rows): each point named by its
+    values of the ``swept`` parameters (what tells the points apart), else its overrides."""
     table = Table(title=f"best {len(rows)} point{'s' if len(rows) != 1 else ''} by {metric} (lowest first)")
-    # In a narrow terminal the overrides fold (at spaces first; main prints the best one in full).
+    # In a narrow terminal the labels fold (at spaces first; main prints the best one in full).
     table.add_column("rank", justify="right")
     table.add_column("job", justify="right")
-    table.add_column("overrides", overflow="fold")
+    table.add_column("swept values" if swept else "overrides", overflow="fold")
     table.add_column(metric, justify="right")
     table.add_column("fct_p99_us", justify="right")
     table.add_column("max_queue_bytes", justify="right")
@@ -580,7 +581,7 @@ def best_table(rows: list[dict], metric: str) -> Table:
         table.add_row(
             str(rank),
             escape(str(row.get("job_num", row.get("job_dir")))),
-            escape(_point_label(row)),
+            escape(" ".join(f"{p}={row.get(p)}" for p in swept) if swept else _point_label(row)),
             _number(row[metric]),
             _number(row.get("fct_p99_us")),
             _number(row.get("max_queue_bytes"), 0),
@@ -611,7 +612,7 @@ def main(argv=None) -> int:
 
         # The best points, then one line of the best one in full (the table may fold it).
         if best:
-            console.print(best_table(best, metric))
+            console.print(best_table(best, metric, swept_parameters(table)))
             console.print(
                 f"best: job {escape(str(best[0].get('job_num', best[0]['job_dir'])))}: "
                 f"{escape(_point_label(best[0]))} ({metric} = {_number(best[0][metric])})",
