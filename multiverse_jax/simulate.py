@@ -119,6 +119,7 @@ def results(
         if collector is not None and experiment.sample_interval_us > 0:
             topo = experiment.topology
             flow_series, port_series = collector.series(e, experiment.flows.flow_id, topo.link_src, topo.link_dst)
+            summary["sample_stride"] = int(collector.stride[e])  # > 1: thinned to fit the host budget
         out.append(
             Result(
                 flows=columns,

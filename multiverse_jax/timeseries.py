@@ -3,6 +3,15 @@
 ``SampleCollector`` is called with the batch state after every compiled call; it copies
 the samples taken since the last call and, at the end, gives each experiment its series
 as two long-format tables (one row per sample and flow, one per sample and port).
+
+Memory: the host keeps every sample of every flow and port, (flows + ports) x 8 bytes x 4
+columns per sample, which for a training iteration with thousands of flows over many
+milliseconds would grow without bound. So each experiment has a budget
+(``max_bytes_per_experiment``, default 256 MiB): when its samples exceed it, every other
+sample is dropped and from then on only every 2nd (then 4th, 8th, ...) sample is kept --
+the series stays evenly spaced, at a coarser interval (``stride``: kept samples are those
+whose number is a multiple of it; the effective interval is ``stride x
+sim.sample_interval_us``, reported in the summary as ``sample_stride``).
 """
 
 from __future__ import annotations
@@ -15,10 +24,24 @@ from multiverse_jax.components.experiment import State
 PS_PER_US = 1e6
 
 
+MAX_BYTES_PER_EXPERIMENT = 256 * 2**20
+
+
 class SampleCollector:
-    def __init__(self, n_experiments: int):
+    def __init__(self, n_experiments: int, max_bytes_per_experiment: int | None = None):
         self.seen = np.zeros(n_experiments, np.int64)
         self.chunks: list[list[tuple]] = [[] for _ in range(n_experiments)]
+        self.stride = np.ones(n_experiments, np.int64)  # keep samples whose number % stride == 0
+        self.nbytes = np.zeros(n_experiments, np.int64)  # host bytes held per experiment
+        self.max_bytes = MAX_BYTES_PER_EXPERIMENT if max_bytes_per_experiment is None else max_bytes_per_experiment
+
+    def _thin(self, e: int) -> None:
+        """Halve experiment ``e``'s samples (keep the even multiples of the stride)."""
+        self.stride[e] *= 2
+        merged = tuple(np.concatenate(parts) for parts in zip(*self.chunks[e]))
+        keep = merged[0] % self.stride[e] == 0
+        self.chunks[e] = [tuple(column[keep] for column in merged)]
+        self.nbytes[e] = sum(column.nbytes for column in self.chunks[e][0])
 
     def __call__(self, state: State) -> None:
         count = np.asarray(jax.device_get(state.samples.sample_count))
@@ -32,17 +55,22 @@ class SampleCollector:
                     f"experiment {e}: {count[e] - self.seen[e]} samples since the last call overflow the ring of {ring}; "
                     "build the batch with n_samples >= steps_per_call"
                 )
-            at = np.arange(self.seen[e], count[e]) % ring
-            self.chunks[e].append(
-                (
-                    smp.sample_time_ps[e, at],
-                    smp.sample_flow_rate_bps[e, at],
-                    smp.sample_flow_window_bytes[e, at],
-                    smp.sample_flow_rx_bytes[e, at],
-                    smp.sample_port_queue_bytes[e, at],
-                )
+            number = np.arange(self.seen[e], count[e])
+            number = number[number % self.stride[e] == 0]  # the samples kept at the current stride
+            at = number % ring
+            chunk = (
+                number,
+                smp.sample_time_ps[e, at],
+                smp.sample_flow_rate_bps[e, at],
+                smp.sample_flow_window_bytes[e, at],
+                smp.sample_flow_rx_bytes[e, at],
+                smp.sample_port_queue_bytes[e, at],
             )
+            self.chunks[e].append(chunk)
+            self.nbytes[e] += sum(column.nbytes for column in chunk)
             self.seen[e] = count[e]
+            while self.nbytes[e] > self.max_bytes and sum(len(c[0]) for c in self.chunks[e]) > 1:
+                self._thin(e)
 
     def series(self, e: int, flow_ids: np.ndarray, link_src: np.ndarray, link_dst: np.ndarray):
         """(flow table, port table) of experiment ``e``: dicts of equal-length columns."""
@@ -53,7 +81,7 @@ class SampleCollector:
             rx = np.zeros((0, n_flows), np.int64)
             queue = np.zeros((0, n_ports), np.int64)
         else:
-            time_ps, rate, window, rx, queue = (np.concatenate(parts) for parts in zip(*self.chunks[e]))
+            _, time_ps, rate, window, rx, queue = (np.concatenate(parts) for parts in zip(*self.chunks[e]))
             rate, window, rx, queue = rate[:, :n_flows], window[:, :n_flows], rx[:, :n_flows], queue[:, :n_ports]
         n_samples = time_ps.shape[0]
         time_us = time_ps / PS_PER_US

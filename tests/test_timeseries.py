@@ -219,8 +219,8 @@ def test_sampling_changes_nothing(runs, sampled, twin):
     for name in a.flows:
         np.testing.assert_array_equal(a.flows[name], b.flows[name], err_msg=name)
     np.testing.assert_array_equal(a.port_max_queue_bytes, b.port_max_queue_bytes)
-    plain = {k: v for k, v in a.summary.items() if not k.startswith("batch_")}
-    assert plain == {k: v for k, v in b.summary.items() if not k.startswith("batch_")}
+    plain = {k: v for k, v in a.summary.items() if not k.startswith(("batch_", "sample_"))}
+    assert plain == {k: v for k, v in b.summary.items() if not k.startswith(("batch_", "sample_"))}
 
 
 def test_ring_draining_loses_nothing(runs, short_calls):
@@ -342,3 +342,28 @@ def test_plot_many_flows_samples_sixteen_plus_mean(tmp_path):
     assert is_png(path)
     with pytest.raises(ValueError, match="flow id 40 not in the time series"):
         plot_timeseries(flows, ports, tmp_path / "bad.png", flows=[1, 40])
+
+
+def test_long_series_are_thinned_to_the_host_budget_evenly(runs, cli_static, monkeypatch):
+    """Past its memory budget an experiment's series keeps every 2nd (4th, ...) sample: the
+    kept samples are exactly the full series' samples number 0, s, 2s, ... (s = stride)."""
+    from multiverse_jax import timeseries
+
+    full = runs[1]
+    n_times = len(times_ps(full))
+    assert full.summary["sample_stride"] == 1 and n_times > 20
+    per_sample = (len(full.flows["id"]) + 0) * 8  # lower bound on one sample's bytes
+    monkeypatch.setattr(timeseries, "MAX_BYTES_PER_EXPERIMENT", per_sample * n_times // 5)
+    (thin,) = simulate([EXPERIMENTS[1]], slots_per_host=cli_static.slots_per_host, static=cli_static)
+    stride = thin.summary["sample_stride"]
+    assert stride >= 4 and stride & (stride - 1) == 0  # a power of two
+    np.testing.assert_array_equal(times_ps(thin), times_ps(full)[::stride])
+    for column in ("rate_gbps", "rx_bytes"):
+        want, got = per_flow(full, column), per_flow(thin, column)
+        for flow, (t, v) in got.items():
+            keep = np.isin(want[flow][0], t)
+            np.testing.assert_array_equal(want[flow][1][keep], v)
+    # Everything else is unchanged.
+    assert {k: v for k, v in thin.summary.items() if not k.startswith(("batch_", "sample_"))} == {
+        k: v for k, v in full.summary.items() if not k.startswith(("batch_", "sample_"))
+    }
