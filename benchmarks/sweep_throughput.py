@@ -14,13 +14,20 @@ same shapes and the whole sweep is one group. For N points (``--sizes``), four w
 * ``process``: one ``multiverse-jax sim.seed=i`` process per point (what a shell loop
   or a cluster job array does): each pays Python start-up, JAX import and compilation;
 * ``loop``: a Python loop of ``simulate([experiment])`` over the points in one process
-  (compiled once): the simulator alone, no Hydra, no files.
+  (compiled once): the simulator alone, no Hydra, no files;
+* ``api``: ``simulate_many(experiments)`` in one process (the launcher's grouping and
+  batching without Hydra and without files): what batching alone gives.
+
+Every way runs in a fresh process, so each pays Python start-up, imports and compilation
+once per measurement.
 
 Wall time includes everything each way does (process start-up, compilation, outputs).
-The serial ways are measured up to ``--max-serial`` points (``--max-process`` for
-``process``); beyond that the table extrapolates linearly from the largest measured
-size and marks the value with ``~`` (and ``"extrapolated": true`` in the JSON).
-Ratios are against ``batched`` at the same N.
+``basic`` is measured up to ``--max-serial`` points and ``process`` up to
+``--max-process``; beyond that the table extrapolates (a fixed cost plus a cost per
+point, from the two largest measured sizes; proportionally from one) and marks the
+value with ``~`` (and ``"extrapolated": true`` in the JSON).
+Ratios: the Hydra ways against ``batched`` at the same N (what a sweep user chooses
+between), and ``loop`` against ``api`` (batching alone, no files).
 
     python benchmarks/sweep_throughput.py --quick
     python benchmarks/sweep_throughput.py             # 10, 100, 1000 points
@@ -84,29 +91,51 @@ def processes(n: int, flow_bytes: int, work: Path) -> float:
     return time.perf_counter() - start
 
 
-def loop(n: int, flow_bytes: int) -> float:
+def python_way(way: str, n: int, flow_bytes: int, work: Path) -> float:
+    """``loop`` or ``api`` in a fresh process (``--worker``), timed from outside."""
+    return _run([sys.executable, str(Path(__file__).resolve()), "--worker", way, "--sizes", str(n),
+                 "--flow-bytes", str(flow_bytes)], work)
+
+
+def worker(way: str, n: int, flow_bytes: int) -> None:
     from multiverse_jax.config import experiment_from_config
     from multiverse_jax.simulate import simulate
+    from multiverse_jax.sweep.groups import simulate_many
 
-    start = time.perf_counter()
-    for seed in range(n):
-        experiment = experiment_from_config(
-            {"workload": {"flow_bytes": flow_bytes}, "sim": {"seed": seed, "sample_interval_us": 0}}
-        )
-        (result,) = simulate([experiment])
-        assert result.ok
-    return time.perf_counter() - start
+    def experiment(seed):
+        return experiment_from_config({"workload": {"flow_bytes": flow_bytes}, "sim": {"seed": seed, "sample_interval_us": 0}})
+
+    if way == "loop":
+        results = [simulate([experiment(seed)])[0] for seed in range(n)]
+    else:
+        results = simulate_many([experiment(seed) for seed in range(n)])
+    assert all(r.ok for r in results)
+
+
+def extrapolate(points: list[tuple[int, float]], n: int) -> float:
+    """Wall time at ``n`` points from measured (points, wall) pairs: the line through the
+    two largest (fixed cost + cost per point), or proportional from a single one."""
+    if len(points) == 1:
+        m, wall = points[0]
+        return wall * n / m
+    (n1, w1), (n2, w2) = points[-2:]
+    per_point = (w2 - w1) / (n2 - n1)
+    return w2 + per_point * (n - n2)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000", help="numbers of points (comma-separated)")
     parser.add_argument("--flow-bytes", type=int, default=20_000)
-    parser.add_argument("--max-serial", type=int, default=100, help="largest N measured for basic and loop")
+    parser.add_argument("--max-serial", type=int, default=100, help="largest N measured for Hydra's basic launcher")
     parser.add_argument("--max-process", type=int, default=10, help="largest N measured for one process per point")
     parser.add_argument("--quick", action="store_true", help="sizes 4,8; serial ways up to 8, processes up to 2")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "sweep_throughput.json"))
+    parser.add_argument("--worker", choices=("loop", "api"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.worker, int(args.sizes), args.flow_bytes)
+        return 0
     if args.quick:
         args.sizes, args.max_serial, args.max_process = "4,8", 8, 2
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -115,36 +144,36 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        measured: dict[str, tuple[int, float]] = {}  # way -> (largest measured N, wall)
+        measured: dict[str, list[tuple[int, float]]] = {}  # way -> [(N, wall)] measured
         for n in sizes:
             row = {"points": n}
-            for way, cap in (("batched", None), ("basic", args.max_serial), ("loop", args.max_serial),
-                             ("process", args.max_process)):
+            for way, cap in (("batched", None), ("api", None), ("basic", args.max_serial),
+                             ("loop", None), ("process", args.max_process)):
                 if cap is None or n <= cap or way not in measured:
                     if way in ("batched", "basic"):
                         wall = sweep(n, way, args.flow_bytes, work)
-                    elif way == "loop":
-                        wall = loop(n, args.flow_bytes)
+                    elif way in ("loop", "api"):
+                        wall = python_way(way, n, args.flow_bytes, work)
                     else:
                         wall = processes(n, args.flow_bytes, work)
-                    measured[way] = (n, wall)
+                    measured.setdefault(way, []).append((n, wall))
                     row[way] = {"wall_s": wall, "extrapolated": False}
                 else:
-                    m, wall = measured[way]
-                    row[way] = {"wall_s": wall * n / m, "extrapolated": True}
+                    row[way] = {"wall_s": extrapolate(measured[way], n), "extrapolated": True}
                 row[way]["points_per_min"] = 60 * n / row[way]["wall_s"]
                 console.print(f"{n} points, {way}: {row[way]['wall_s']:.1f} s"
                               + (" (extrapolated)" if row[way]["extrapolated"] else ""), highlight=False)
-            for way in ("basic", "loop", "process"):
+            for way in ("api", "basic", "loop", "process"):
                 row[way]["vs_batched"] = row[way]["wall_s"] / row["batched"]["wall_s"]
             rows.append(row)
 
     table = Table(title=f"sweep throughput ({info['backend']}, {info['cpu_count']} CPUs): points per minute")
     table.add_column("points", justify="right")
-    for way in ("batched", "basic", "loop", "process"):
+    for way in ("batched", "basic", "process", "api", "loop"):
         table.add_column(way, justify="right")
-    for way in ("basic", "loop", "process"):
+    for way in ("basic", "process"):
         table.add_column(f"{way} / batched wall", justify="right")
+    table.add_column("loop / api wall", justify="right")
     for row in rows:
         def cell(way):
             mark = "~" if row[way]["extrapolated"] else ""
@@ -154,8 +183,10 @@ def main(argv=None) -> int:
             mark = "~" if row[way]["extrapolated"] else ""
             return f"{mark}{row[way]['vs_batched']:.1f}x"
 
-        table.add_row(str(row["points"]), *(cell(w) for w in ("batched", "basic", "loop", "process")),
-                      *(ratio(w) for w in ("basic", "loop", "process")))
+        mark = "~" if row["loop"]["extrapolated"] else ""
+        table.add_row(str(row["points"]), *(cell(w) for w in ("batched", "basic", "process", "api", "loop")),
+                      *(ratio(w) for w in ("basic", "process")),
+                      f"{mark}{row['loop']['wall_s'] / row['api']['wall_s']:.1f}x")
     console.print(table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
