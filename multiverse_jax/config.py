@@ -48,7 +48,7 @@ from multiverse_jax.workload.htsim_cm import load_cm
 from multiverse_jax.workload.collectives import CommConfig
 from multiverse_jax.workload.placement import STRATEGIES as PLACEMENTS, place, placement
 from multiverse_jax.workload.routes import load_routes
-from multiverse_jax.workload.tasks import TaskGraph
+from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
 
 CONFIG_PATH = Path(__file__).parent / "conf" / "config.yaml"
 
@@ -80,6 +80,8 @@ def _import_goal(path, gpus, comm):
 _IMPORTERS = {"astra": _import_astra, "simai": _import_simai, "chakra": _import_chakra, "goal": _import_goal}
 WORKLOAD_KINDS = ("permutation", "incast", "cm", "llm", "astra", "simai", "chakra", "goal")
 HYBRID_MODES = ("packet",)  # flow-level fast-forward modes will join "packet" here
+OPEN_GROUPS = ("workload.priorities",)  # groups whose keys are not fixed by the schema
+DEFAULT_PRIORITIES = ("tp", "pp", "dp", "ep")  # workload.priorities keys every config has
 TASK_KINDS = ("llm", "astra", "simai", "chakra", "goal")  # workloads that are task graphs
 # Config group (and key prefix inside it) of each congestion-control dataclass: key
 # ``{group}.{prefix}{field}`` holds ``field``.
@@ -105,7 +107,9 @@ def _merge(defaults: dict, given: dict, prefix: str) -> dict:
         if key not in defaults:
             known = ", ".join(f"{prefix}{k}" for k in defaults)
             raise InputError(f"unknown config key {full!r} (valid keys: {known})")
-        if isinstance(defaults[key], dict):
+        if full in OPEN_GROUPS:  # any keys (checked by meaning later)
+            out[key] = {**defaults[key], **value} if isinstance(value, dict) else value
+        elif isinstance(defaults[key], dict):
             if not isinstance(value, dict):
                 raise InputError(f"{full} must be a group of keys ({', '.join(defaults[key])}), got {value!r}")
             out[key] = _merge(defaults[key], value, f"{full}.")
@@ -310,6 +314,33 @@ def _placed(c: dict, graph: TaskGraph, topology: Topology) -> TaskGraph:
     return place(graph, hosts, topology.n_hosts)
 
 
+def _with_priorities(c: dict, graph: TaskGraph) -> TaskGraph:
+    """``workload.priorities`` ({category: class}) applied to the graph's flow tasks.
+
+    The default categories (tp, pp, dp, ep) may be absent from a workload (a sweep over
+    workloads sets them once for all); any other key must name a category of its flows.
+    """
+    from multiverse_jax.batch import MAX_PRIORITIES
+
+    given = _get(c, "workload.priorities")
+    if not isinstance(given, dict):
+        raise InputError(f"workload.priorities must map traffic categories to classes, e.g. {{dp: 1}}, got {given!r}")
+    is_flow = graph.kind == TASK_FLOW
+    categories = sorted(set(graph.category[is_flow]))
+    prio = np.array(graph.prio, copy=True)
+    for category, value in given.items():
+        if category not in categories and category not in DEFAULT_PRIORITIES:
+            raise InputError(
+                f"workload.priorities: this workload has no {category!r} traffic "
+                f"(its flows' categories: {', '.join(categories) or 'none'})"
+            )
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= value < MAX_PRIORITIES
+        if not ok:
+            raise InputError(f"workload.priorities.{category} must be a class 0..{MAX_PRIORITIES - 1} (0 highest), got {value!r}")
+        prio[is_flow & (graph.category == category)] = int(value)
+    return dataclasses.replace(graph, prio=prio)
+
+
 def experiment_from_config(cfg) -> Experiment:
     """The validated experiment that ``cfg`` describes (its ECMP table already built)."""
     c = resolve_config(cfg)
@@ -334,7 +365,7 @@ def experiment_from_config(cfg) -> Experiment:
     )
     tasks = None
     if c["workload"]["kind"] in TASK_KINDS:
-        tasks = _placed(c, _task_graph(c, topology), topology)
+        tasks = _with_priorities(c, _placed(c, _task_graph(c, topology), topology))
         flows = tasks.flow_set()
     else:
         flows = _workload(c, topology)

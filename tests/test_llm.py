@@ -333,3 +333,25 @@ def test_graph_builds_for_few_or_many_microbatches(calls, pp, m, chunk):
         last = par.rank(0, pp - 1, 0)
         extra = _compute_ps(graph, last, "F0.") + _compute_ps(graph, last, "B0.") - t_f - t_b
         assert _longest_compute_path(graph) == (m + pp - 1) * (t_f + t_b) + m * extra + _compute_ps(graph, 0, "optimizer")
+
+
+def test_priorities_by_traffic_category():
+    """workload.priorities: each category's flows get its class; typos and bad classes are errors."""
+    from multiverse_jax.config import experiment_from_config
+    from multiverse_jax.errors import InputError
+
+    base = {"kind": "llm", "model": {"layers": 2, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1000},
+            "tp": 2, "pp": 2, "dp": 2}
+    plain = experiment_from_config({"workload": base})
+    assert set(plain.flows.prio) == {0}
+    exp = experiment_from_config({"workload": {**base, "priorities": {"dp": 1, "pp": 2}}})
+    category = exp.tasks.category[exp.tasks.kind == 1]  # flow tasks, in flow order
+    assert len(category) == len(exp.flows)
+    for name, want in (("tp", 0), ("pp", 2), ("dp", 1)):
+        assert (category == name).any() and set(exp.flows.prio[category == name]) == {want}
+    with pytest.raises(InputError, match=r"no 'db' traffic \(its flows' categories: dp, pp, tp\)"):
+        experiment_from_config({"workload": {**base, "priorities": {"db": 1}}})
+    with pytest.raises(InputError, match=r"workload.priorities.dp must be a class 0..7"):
+        experiment_from_config({"workload": {**base, "priorities": {"dp": 8}}})
+    # ep is a default key: allowed in a workload without EP traffic (sweeps across workloads)
+    assert set(experiment_from_config({"workload": {**base, "priorities": {"ep": 3}}}).flows.prio) == {0}

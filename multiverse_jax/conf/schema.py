@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -99,6 +99,10 @@ class WorkloadConfig:
     channels: int = 1  # NCCL channels (parallel rings per collective)
     placement: str = "packed"  # packed | random | rail: servers onto host blocks
     compute_slowdown: float = 1.0  # compute that starts while its GPU communicates takes this x longer
+    # Task workloads: priority class (0 highest .. 7) of the flows of each traffic category,
+    # e.g. workload.priorities.dp=1 puts gradient sync behind TP/PP traffic. Other categories
+    # of imported workloads (e.g. Chakra's "coll"): +workload.priorities.coll=1.
+    priorities: Dict[str, int] = field(default_factory=lambda: {"tp": 0, "pp": 0, "dp": 0, "ep": 0})
 
 
 @dataclass
