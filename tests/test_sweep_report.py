@@ -18,25 +18,10 @@ from multiverse_jax.report.sweep_report import (
     main,
     swept_parameters,
 )
+from multiverse_jax.sweep.results import METRICS as RESULT_METRICS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-METRICS = [
-    "job_time_us",
-    "fct_mean_us",
-    "fct_p50_us",
-    "fct_p99_us",
-    "max_queue_bytes",
-    "pfc_pauses",
-    "simulated_time_us",
-    "n_flows",
-    "flows_finished",
-    "skip_share",
-    "iteration_time_us",
-    "compute_us",
-    "exposed_comm_us",
-    "bubble_us",
-    "wall_s",
-]
+METRICS = list(RESULT_METRICS)
 CONFIG = ["topology.kind", "topology.k", "cc", "lb", "switch.buffer_bytes", "dcqcn.g", "output.plots", "workload.path"]
 INVALID_REASON = "switch.buffer_bytes=400000 exceeds the switch's shared memory (262144 bytes)"
 

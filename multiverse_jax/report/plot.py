@@ -49,7 +49,7 @@ def _flow_ids(text: str) -> list[int]:
         ) from None
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -78,7 +78,7 @@ def parser() -> argparse.ArgumentParser:
         help="flow ids to plot, space- or comma-separated (default: every flow, or an evenly spaced 16 plus the mean)",
     )
     p.add_argument(
-        "--ports", type=_positive, default=8, metavar="N", help="plot the N ports with the largest peak queue (default 8)"
+        "--ports", type=positive_int, default=8, metavar="N", help="plot the N ports with the largest peak queue (default 8)"
     )
     return p
 

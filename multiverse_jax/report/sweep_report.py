@@ -49,6 +49,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.report.plot import positive_int
+from multiverse_jax.sweep.results import BOOKKEEPING, METRICS
 
 PROG = "multiverse-jax-report"
 EXIT_BAD_INPUT = 2
@@ -64,26 +66,10 @@ PARALLEL_FILE = "parallel_coordinates.png"
 
 STATUS_OK = "ok"
 STATUSES = ("ok", "failed", "oom", "invalid")  # the order the status counts are printed in
-BOOKKEEPING_COLUMNS = ("job_num", "job_dir", "overrides", "point_key", "status", "reason")
+BOOKKEEPING_COLUMNS = BOOKKEEPING  # job number, directory, overrides, key, status, reason, group
 REQUIRED_COLUMNS = ("job_dir", "overrides", "status")  # what the report cannot do without
 # The metric columns a sweep writes; only the fallback when the schema metadata is absent.
-KNOWN_METRICS = (
-    "job_time_us",
-    "fct_mean_us",
-    "fct_p50_us",
-    "fct_p99_us",
-    "max_queue_bytes",
-    "pfc_pauses",
-    "simulated_time_us",
-    "n_flows",
-    "flows_finished",
-    "skip_share",
-    "iteration_time_us",
-    "compute_us",
-    "exposed_comm_us",
-    "bubble_us",
-    "wall_s",
-)
+KNOWN_METRICS = METRICS
 FALLBACK_CONFIG_NAMES = ("cc", "lb")  # config columns without a '.' in their name
 
 MAX_CDF_CURVES = 12  # more ok points: the best and the worst MAX_CDF_CURVES // 2
@@ -532,16 +518,6 @@ def write_plots(sweep_dir, table: pa.Table, metric: str, out_dir) -> tuple[dict[
 # --------------------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -555,7 +531,7 @@ def parser() -> argparse.ArgumentParser:
         help="metric column to rank by, lowest first (default: iteration_time_us if the ok points have one, "
         "else job_time_us)",
     )
-    p.add_argument("--top", type=_positive, default=10, metavar="N", help="show the N best points (default 10)")
+    p.add_argument("--top", type=positive_int, default=10, metavar="N", help="show the N best points (default 10)")
     p.add_argument("--out", type=Path, default=None, help=f"directory for the plots (default: SWEEP_DIR/{REPORT_DIR})")
     return p
 
