@@ -85,7 +85,6 @@ def parser() -> argparse.ArgumentParser:
 
 def read_series(run_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(flow series, port series) of a run directory as dicts of NumPy columns; PlotError if absent."""
-    import pyarrow.parquet as pq
 
     if not run_dir.is_dir():
         what = "is not a directory" if run_dir.exists() else "does not exist"
@@ -102,16 +101,25 @@ def read_series(run_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndar
         )
     series = []
     for path, columns in zip(paths, (FLOW_SERIES_COLUMNS, PORT_SERIES_COLUMNS)):
-        try:
-            table = pq.read_table(path)
-        except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise PlotError(f"cannot read {path}: {' '.join(str(exc).split())}") from None
-        absent = [c for c in columns if c not in table.column_names]
-        if absent:
-            plural = "s" if len(absent) > 1 else ""
-            raise PlotError(f"{path} lacks column{plural} {', '.join(absent)} (expected {', '.join(columns)})")
+        table = read_checked(path, columns, PlotError)
         series.append({c: table.column(c).to_numpy() for c in columns})
     return series[0], series[1]
+
+
+def read_checked(path: Path, columns, error=PlotError):
+    """The Parquet table at ``path``; ``error`` (naming the file) if it cannot be read or
+    lacks one of ``columns``."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise error(f"cannot read {path}: {' '.join(str(exc).split())}") from None
+    absent = [c for c in columns if c not in table.column_names]
+    if absent:
+        plural = "s" if len(absent) > 1 else ""
+        raise error(f"{path} lacks column{plural} {', '.join(absent)} (expected {', '.join(columns)})")
+    return table
 
 
 def _title(run_dir: Path) -> str:

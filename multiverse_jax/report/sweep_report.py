@@ -49,13 +49,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from multiverse_jax.errors import InputError
-from multiverse_jax.report.plot import positive_int
-from multiverse_jax.sweep.results import BOOKKEEPING, METRICS
+from multiverse_jax.report.plot import positive_int, read_checked
+from multiverse_jax.sweep.results import BOOKKEEPING, METRICS, TABLE_FILE
 
 PROG = "multiverse-jax-report"
 EXIT_BAD_INPUT = 2
 
-RESULTS_FILE = "results.parquet"
+RESULTS_FILE = TABLE_FILE
 FLOWS_FILE = "flows.parquet"  # a job directory's per-flow table (report.outputs.write_outputs)
 REPORT_DIR = "report"  # default output directory, under SWEEP_DIR
 METADATA_KEY = b"multiverse_jax"  # schema metadata: {"config_columns": [...], "metric_columns": [...]}
@@ -85,8 +85,6 @@ LOG_DECADES = 2.0  # a positive numeric axis spanning more decades than this is 
 
 def load_results(sweep_dir) -> pa.Table:
     """``SWEEP_DIR/results.parquet`` as a table; InputError naming the path if absent or unreadable."""
-    import pyarrow.parquet as pq
-
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         what = "is not a directory" if sweep_dir.exists() else "does not exist"
@@ -94,15 +92,7 @@ def load_results(sweep_dir) -> pa.Table:
     path = sweep_dir / RESULTS_FILE
     if not path.is_file():
         raise InputError(f"{sweep_dir} has no {RESULTS_FILE} (expected the results of a multiverse-jax sweep)")
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise InputError(f"cannot read {path}: {' '.join(str(exc).split())}") from None
-    absent = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
-    if absent:
-        plural = "s" if len(absent) > 1 else ""
-        raise InputError(f"{path} lacks column{plural} {', '.join(absent)} (expected {', '.join(REQUIRED_COLUMNS)})")
-    return table
+    return read_checked(path, REQUIRED_COLUMNS, InputError)
 
 
 def column_roles(table: pa.Table) -> tuple[list[str], list[str]]:
