@@ -85,7 +85,6 @@ def parser() -> argparse.ArgumentParser:
 
 def read_series(run_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(flow series, port series) of a run directory as dicts of NumPy columns; PlotError if absent."""
-
     if not run_dir.is_dir():
         what = "is not a directory" if run_dir.exists() else "does not exist"
         raise PlotError(
