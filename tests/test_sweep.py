@@ -8,6 +8,7 @@ slots per host, no time series): a few compiled programs serve the whole file.
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import numpy as np
@@ -24,9 +25,9 @@ from multiverse_jax.sweep.results import TABLE_FILE
 SMALL = ["workload.flow_bytes=20000", "sim.packets_per_host=40", "sim.sample_interval_us=0", "output=minimal"]
 
 
-def multirun(monkeypatch, sweep_dir, *overrides) -> None:
+def multirun(monkeypatch, sweep_dir, *overrides, base=SMALL) -> None:
     """``multiverse-jax -m OVERRIDES`` in this process (so compiled programs are shared)."""
-    argv = ["multiverse-jax", "-m", *overrides, *SMALL, f"hydra.sweep.dir={sweep_dir}"]
+    argv = ["multiverse-jax", "-m", *overrides, *base, f"hydra.sweep.dir={sweep_dir}"]
     monkeypatch.setattr(sys, "argv", argv)
     cli._hydra_main()
 
@@ -96,6 +97,20 @@ def test_a_sweep_with_invalid_points_finishes_the_others(monkeypatch, tmp_path, 
         assert summary["status"] == st
     err = capsys.readouterr().err
     assert "1 ok" in err and "3 invalid" in err and "switch.buffer_bytes must be an integer" in err
+
+
+def test_an_llm_point_that_does_not_fit_in_gpu_memory_is_reported_oom(monkeypatch, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    tiny = "{layers:2,hidden:256,heads:4,seq_len:128,vocab:1000}"
+    multirun(monkeypatch, sweep_dir, "workload=llm", f"workload.model=gpt3-175b,{tiny}",
+             base=["sim.sample_interval_us=0", "output=minimal"])
+    rows = table(sweep_dir)
+    assert rows["status"] == ["oom", "ok"]
+    assert "GPU memory" in rows["reason"][0] or "GB" in rows["reason"][0]
+    assert rows["iteration_time_us"][1] > 0 and math.isnan(rows["iteration_time_us"][0])
+    summary = json.loads((sweep_dir / "0" / "summary.json").read_text())
+    assert summary["status"] == "oom" and summary["memory_bytes"]["total"] > summary["memory_bytes"]["capacity"]
+    assert (sweep_dir / "1" / "tasks.parquet").is_file()
 
 
 def test_a_point_that_does_not_compose_is_reported_and_the_others_run(monkeypatch, tmp_path):
