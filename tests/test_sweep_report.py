@@ -247,3 +247,19 @@ def test_main_metric_without_values_skips_the_swept_plots(sweep, capsys):
     assert not (report / "parallel_coordinates.png").exists()
     assert not (report / "metric_vs_params.png").exists()
     _assert_png(report / "fct_cdf.png")
+
+
+def test_where_selects_points_by_column_value(sweep, capsys):
+    from multiverse_jax.report.sweep_report import select
+
+    table = load_results(sweep)
+    none = select(table, ["cc=none"])
+    assert set(none.column("cc").to_pylist()) == {"none"} and 0 < none.num_rows < table.num_rows
+    both = select(table, ["cc=dcqcn", "switch.buffer_bytes=2e5"])  # numbers compare as numbers
+    assert both.column("switch.buffer_bytes").to_pylist() == [200000] * both.num_rows and both.num_rows >= 1
+    with pytest.raises(InputError, match="--where 'nope=1'"):
+        select(table, ["nope=1"])
+    assert main([str(sweep), "--where", "cc=none"]) == 0
+    out = capsys.readouterr().out
+    assert "where cc=none" in out and "best: job" in out and "cc=dcqcn" not in out.split("best: job")[1].splitlines()[0]
+    assert main([str(sweep), "--where", "cc"]) == 2

@@ -523,7 +523,39 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--top", type=positive_int, default=10, metavar="N", help="show the N best points (default 10)")
     p.add_argument("--out", type=Path, default=None, help=f"directory for the plots (default: SWEEP_DIR/{REPORT_DIR})")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only the points whose column KEY equals VALUE (as text, e.g. --where workload.kind=incast "
+        "--where cc=dcqcn); repeatable",
+    )
     return p
+
+
+def select(table: pa.Table, conditions: list[str]) -> pa.Table:
+    """The rows of ``table`` that meet every ``KEY=VALUE`` condition (values compared as text;
+    ``1e5`` and ``100000.0`` are the same number). InputError names an unknown column."""
+    rows = table.to_pylist()
+    keep = [True] * len(rows)
+    for condition in conditions:
+        key, sep, value = condition.partition("=")
+        if not sep or key not in table.column_names:
+            valid = ", ".join(c for c in table.column_names if c not in BOOKKEEPING_COLUMNS)
+            raise InputError(f"--where {condition!r}: expected KEY=VALUE with KEY a column of the table ({valid})")
+        for i, row in enumerate(rows):
+            keep[i] = keep[i] and _same(row[key], value)
+    return table.filter(pa.array(keep, pa.bool_()))
+
+
+def _same(cell, text: str) -> bool:
+    if str(cell) == text:
+        return True
+    try:
+        return isinstance(cell, (int, float)) and not isinstance(cell, bool) and float(cell) == float(text)
+    except ValueError:
+        return False
 
 
 def _number(value, digits: int = 3) -> str:
@@ -573,6 +605,9 @@ def main(argv=None) -> int:
     console = Console()
     try:
         table = load_results(sweep_dir)
+        if args.where:
+            table = select(table, args.where)
+            console.print(f"{table.num_rows} point(s) where {' and '.join(args.where)}", highlight=False)
         metric = args.metric if args.metric is not None else default_metric(table)
         best = best_points(table, metric, args.top)  # checks the metric
 
