@@ -367,7 +367,7 @@ def _task_arrays(graph: TaskGraph | None, s: Static, compute_slowdown: float = 1
 def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[Params, State]:
     """Unbatched, padded NumPy Params and initial State of one experiment."""
     topo, flows = exp.topology, exp.flows
-    n_links, n_flows = topo.n_links, len(flows)
+    n_flows = len(flows)
     into_switch = topo.link_dst >= topo.n_hosts
     host_port = topo.host_port()
     port_host = np.where(topo.link_src < topo.n_hosts, topo.link_src, -1).astype(np.int32)

@@ -38,7 +38,6 @@ BUCKETED_FIELDS = (
     "pinned_len", "int_hops", "n_tasks", "task_deps",
 )
 WORKING_SET_FACTOR = 4  # device memory of a running batch / size of its params + state (estimate)
-SIMULATE_OPTIONS = ("slots_per_host", "steps_per_call", "batching", "devices")
 
 
 def bucket(n: int) -> int:

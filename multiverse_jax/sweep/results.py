@@ -65,7 +65,7 @@ def metrics_of(summary: dict | None) -> dict:
             value = summary.get("batch_wall_s")
         if name == "skip_share":  # share of simulated time skipped at flow level (packet mode: none)
             value = summary.get("skip_share", 0.0 if summary.get("status") in ("ok", "failed") else None)
-        out[name] = float(value) if isinstance(value, (int, float)) and value is not None else math.nan
+        out[name] = float(value) if isinstance(value, (int, float)) else math.nan
     return out
 
 
