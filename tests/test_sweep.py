@@ -185,6 +185,24 @@ def test_killed_sweep_resumes_with_only_the_missing_points(monkeypatch, tmp_path
     assert simulated == []
 
 
+def test_default_sweep_directory_holds_every_point(monkeypatch, tmp_path):
+    """Without hydra.sweep.dir: one directory named after the sweep, every job inside it
+    (each point's own overrides must not rename it), and a re-run resumes there."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["multiverse-jax", "-m", "lb=ecmp,spray", *SMALL]
+    monkeypatch.setattr(sys, "argv", argv)
+    cli._hydra_main()
+    (sweep_dir,) = (tmp_path / "multirun" / "config").iterdir()
+    assert sweep_dir.name == sweep_name(argv[2:])
+    rows = table(sweep_dir)
+    assert rows["job_dir"] == ["0", "1"] and rows["status"] == ["ok", "ok"]
+    assert all((sweep_dir / d / "summary.json").is_file() for d in rows["job_dir"])
+    simulated = []
+    monkeypatch.setattr(groups, "run_chunk", lambda *a, **k: simulated.append(1))
+    cli._hydra_main()
+    assert simulated == [] and len(list((tmp_path / "multirun" / "config").iterdir())) == 1
+
+
 def test_sweep_directory_is_named_after_the_overrides():
     a = sweep_name(["cc=none,dcqcn", "lb=ecmp,spray"])
     assert a == sweep_name(["lb=ecmp,spray", "cc=none,dcqcn"]) and a.startswith("cc=none,dcqcn__lb=ecmp,spray-")

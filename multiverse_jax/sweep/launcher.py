@@ -69,7 +69,7 @@ def _reason(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _prepare(point: Point, composer, table: ResultsTable, resume: bool) -> None:
+def _prepare(point: Point, composer, table: ResultsTable, resume: bool, sweep_dir: Path) -> None:
     """Compose, resolve and validate one point (or find it finished in the table)."""
     from hydra.core.hydra_config import HydraConfig
 
@@ -85,6 +85,9 @@ def _prepare(point: Point, composer, table: ResultsTable, resume: bool) -> None:
     with open_dict(cfg):
         cfg.hydra.job.id = point.job_num
         cfg.hydra.job.num = point.job_num
+        # The sweep's directory, not one resolved from this point's own overrides (the
+        # default name interpolates hydra.overrides.task, which differs per point).
+        cfg.hydra.sweep.dir = str(sweep_dir)
     point.hydra_config = cfg
     HydraConfig.instance().set_config(cfg)  # relative paths resolve against the original cwd
     try:
@@ -229,7 +232,7 @@ def launch(launcher, job_overrides, initial_job_idx: int):
     points = [Point(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
     composer = PointComposer(launcher.hydra_context.config_loader, launcher.config)
     for point in points:
-        _prepare(point, composer, table, resume=bool(options.get("resume", True)))
+        _prepare(point, composer, table, resume=bool(options.get("resume", True)), sweep_dir=sweep_dir)
     pending = [p for p in points if p.status == "pending"]
     resumed = sum(p.resumed for p in points)
     console.print(
