@@ -431,7 +431,7 @@ def run_point(kind: str, split, args, model: llm.ModelSpec) -> dict:
     row["graph_build_s"] = time.perf_counter() - t0
     parallel = parallel_of(cfg)
     sizes = np.asarray(experiment.flows.size_bytes, np.int64)
-    payload = experiment.payload_bytes
+    payload = experiment.packet.payload_bytes
     per_host = np.bincount(np.asarray(experiment.flows.src), weights=sizes, minlength=experiment.topology.n_hosts)
     rate_bytes_per_us = float(np.max(experiment.topology.link_rate_bps)) / 8e6  # the config's links are all alike
     row.update(

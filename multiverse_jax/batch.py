@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from multiverse_jax.cc.config import DcqcnConfig, DctcpConfig, EcnConfig, HpccConfig, TimelyConfig
+from multiverse_jax.conf.schema import CcKind, LbKind
 from multiverse_jax.components.cc import GATE_ENTRIES, CcParams, CcState
 from multiverse_jax.components.experiment import (
     CC_DCQCN,
@@ -39,120 +39,18 @@ from multiverse_jax.components.samples import SampleState
 from multiverse_jax.components.static import Static
 from multiverse_jax.components.tasks import TaskParams, TaskState
 from multiverse_jax.errors import InputError
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.systems.common import mix32
 from multiverse_jax.topology.graph import PS_PER_US, Topology
-from multiverse_jax.topology.routing import EcmpTable, ecmp_table
-from multiverse_jax.workload.flows import FlowSet, check_hosts
+from multiverse_jax.topology.routing import EcmpTable
 from multiverse_jax.workload.routes import PinnedRoutes
 from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
-from multiverse_jax.workload.triggers import check_triggers, trigger_tables
+from multiverse_jax.workload.triggers import trigger_tables
 
 NEVER = np.iinfo(np.int64).max
 UNLIMITED_BYTES = 1 << 62  # NIC egress queues hold only ACKs and are never the bottleneck
-CC_KINDS = {"none": CC_NONE, "dcqcn": CC_DCQCN, "dctcp": CC_DCTCP, "hpcc": CC_HPCC, "timely": CC_TIMELY}
-LB_KINDS = {"ecmp": LB_ECMP, "spray": LB_SPRAY, "flowlet": LB_FLOWLET}
-MAX_PAYLOAD_BYTES = 1 << 20  # 1 MiB: (payload + header) * 8e12 bits*ps must fit in int64
-MAX_HEADER_BYTES = 1 << 16
-MAX_PRIORITIES = 8  # data classes per port, as 802.1p's eight traffic classes
-
-
-@dataclasses.dataclass(frozen=True)
-class Experiment:
-    """One design point: a network, its traffic and the knobs of the fabric."""
-
-    topology: Topology
-    flows: FlowSet
-    routes: PinnedRoutes | None = None  # pinned paths (None: ECMP for every flow)
-    payload_bytes: int = 4096  # packet.payload_bytes
-    header_bytes: int = 64  # packet.header_bytes
-    ack_bytes: int = 64  # packet.ack_bytes
-    buffer_bytes: int = 2_000_000  # switch.buffer_bytes, per egress port
-    pfc_xoff_bytes: int = 200_000  # switch.pfc_xoff_bytes, per ingress
-    pfc_xon_bytes: int = 100_000  # switch.pfc_xon_bytes, per ingress
-    cc: str = "none"  # cc: none | dcqcn | dctcp | hpcc | timely
-    dcqcn: DcqcnConfig = DcqcnConfig()  # dcqcn.*
-    dctcp: DctcpConfig = DctcpConfig()  # dctcp.*
-    hpcc: HpccConfig = HpccConfig()  # hpcc.*
-    timely: TimelyConfig = TimelyConfig()  # timely.*
-    ecn: EcnConfig = EcnConfig()  # switch.ecn_kmin_bytes, switch.ecn_kmax_bytes, switch.ecn_pmax
-    lb: str = "ecmp"  # lb: ecmp | spray | flowlet
-    flowlet_gap_us: float = 50.0  # switch.flowlet_gap_us: idle time that starts a new flowlet
-    sample_interval_us: float = 0.0  # sim.sample_interval_us: time-series period (0: no time series)
-    seed: int = 0  # sim.seed
-    max_time_us: float = 1e6  # sim.max_time_us
-    ecmp: EcmpTable | None = None  # precomputed routing of ``topology`` (built if None)
-    compute_slowdown: float = 1.0  # workload.compute_slowdown: factor on compute that starts while its GPU communicates
-    tasks: TaskGraph | None = None  # a task DAG in host ids (``workload/placement.py``); its flow
-    #   tasks are ``flows`` (``TaskGraph.flow_set()``), started by the scheduler
-
-    def validate(self) -> EcmpTable:
-        """Check every value a user sets; returns the routing table. InputError names the key."""
-        for key, value, low in (
-            ("packet.payload_bytes", self.payload_bytes, 1),
-            ("packet.header_bytes", self.header_bytes, 0),
-            ("packet.ack_bytes", self.ack_bytes, 1),
-            ("switch.buffer_bytes", self.buffer_bytes, 1),
-            ("switch.pfc_xoff_bytes", self.pfc_xoff_bytes, 1),
-            ("switch.pfc_xon_bytes", self.pfc_xon_bytes, 0),
-        ):
-            if int(value) != value or value < low:
-                raise InputError(f"{key} must be an integer >= {low}, got {value!r}")
-        if self.payload_bytes > MAX_PAYLOAD_BYTES or self.header_bytes > MAX_HEADER_BYTES:
-            raise InputError(
-                f"packet.payload_bytes must be <= {MAX_PAYLOAD_BYTES} and packet.header_bytes <= {MAX_HEADER_BYTES} "
-                f"(times are int64 picoseconds), got {self.payload_bytes} and {self.header_bytes}"
-            )
-        if self.pfc_xon_bytes > self.pfc_xoff_bytes:
-            raise InputError(
-                f"switch.pfc_xon_bytes ({self.pfc_xon_bytes}) must not exceed switch.pfc_xoff_bytes ({self.pfc_xoff_bytes})"
-            )
-        if self.pfc_xoff_bytes > self.buffer_bytes:
-            raise InputError(
-                f"switch.pfc_xoff_bytes ({self.pfc_xoff_bytes}) must not exceed switch.buffer_bytes ({self.buffer_bytes})"
-            )
-        if self.cc not in CC_KINDS:
-            raise InputError(f"cc must be one of {', '.join(CC_KINDS)}, got {self.cc!r}")
-        self.dcqcn.check()
-        self.dctcp.check()
-        self.hpcc.check()
-        self.timely.check()
-        self.ecn.check()
-        if self.lb not in LB_KINDS:
-            raise InputError(f"lb must be one of {list(LB_KINDS)}, got {self.lb!r}")
-        if not (isinstance(self.compute_slowdown, (int, float)) and 0 < self.compute_slowdown < 100):
-            raise InputError(f"workload.compute_slowdown must be a number in (0, 100), 1 = off, got {self.compute_slowdown!r}")
-        if not self.flowlet_gap_us > 0:
-            raise InputError(f"switch.flowlet_gap_us must be > 0, got {self.flowlet_gap_us!r}")
-        if not (isinstance(self.sample_interval_us, (int, float)) and self.sample_interval_us >= 0):
-            raise InputError(f"sim.sample_interval_us must be >= 0 (0: no time series), got {self.sample_interval_us!r}")
-        if not self.max_time_us > 0:
-            raise InputError(f"sim.max_time_us must be > 0, got {self.max_time_us!r}")
-        if len(self.flows) and (self.flows.prio.min() < 0 or self.flows.prio.max() >= MAX_PRIORITIES):
-            bad = int(np.flatnonzero((self.flows.prio < 0) | (self.flows.prio >= MAX_PRIORITIES))[0])
-            raise InputError(
-                f"flow {int(self.flows.flow_id[bad])}: priority {int(self.flows.prio[bad])} is out of range "
-                f"(valid: 0 = highest .. {MAX_PRIORITIES - 1})",
-                source=self.flows.source,
-                line=int(self.flows.line[bad]) if self.flows.line is not None else None,
-            )
-        if len(self.flows) == 0 and self.tasks is None:
-            raise InputError("the workload has no flows", source=self.flows.source)
-        if self.tasks is not None:
-            if len(self.flows) != self.tasks.flow_tasks.size or np.any(self.flows.flow_id != self.tasks.flow_tasks):
-                raise InputError(
-                    "the flows of a task experiment must be its task graph's flows (use tasks.flow_set())",
-                    source=self.tasks.source,
-                )
-            if self.tasks.n_gpus > self.topology.n_hosts:
-                raise InputError(
-                    f"the task graph runs on {self.tasks.n_gpus} GPUs but topology {self.topology.name} has only "
-                    f"{self.topology.n_hosts} hosts (place the graph on the hosts, or choose a larger topology)",
-                    source=self.tasks.source,
-                )
-        table = self.ecmp if self.ecmp is not None else ecmp_table(self.topology)
-        check_hosts(self.flows, self.topology.n_hosts, table.hops)
-        check_triggers(self.flows)
-        return table
+CC_CODES = {CcKind.none: CC_NONE, CcKind.dcqcn: CC_DCQCN, CcKind.dctcp: CC_DCTCP, CcKind.hpcc: CC_HPCC, CcKind.timely: CC_TIMELY}
+LB_CODES = {LbKind.ecmp: LB_ECMP, LbKind.spray: LB_SPRAY, LbKind.flowlet: LB_FLOWLET}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +109,7 @@ def _static_of(experiments, derived, slots_per_host: int, n_samples: int) -> Sta
         slots_per_host=slots_per_host,
         pfc_history=history,
         int_hops=max(1, biggest(switch_hops)),
-        n_samples=n_samples if any(e.sample_interval_us > 0 for e in experiments) else 1,
+        n_samples=n_samples if any(e.sim.sample_interval_us > 0 for e in experiments) else 1,
         n_tasks=max(1, biggest(lambda e, d: len(e.tasks) if e.tasks is not None else 0)),
         task_deps=max(1, biggest(lambda e, d: e.tasks.deps.shape[1] if e.tasks is not None else 0)),
     )
@@ -223,14 +121,14 @@ def base_rtt_ps(exp: Experiment, ecmp: EcmpTable) -> int:
     topo, flows = exp.topology, exp.flows
     links = ecmp.hops[flows.src, flows.dst].astype(np.int64)
     slowest, longest = int(topo.link_rate_bps.min()), int(topo.link_delay_ps.max())
-    data_ps = -(-(exp.payload_bytes + exp.header_bytes) * 8 * 10**12 // slowest)
-    ack_ps = -(-exp.ack_bytes * 8 * 10**12 // slowest)
+    data_ps = -(-(exp.packet.payload_bytes + exp.packet.header_bytes) * 8 * 10**12 // slowest)
+    ack_ps = -(-exp.packet.ack_bytes * 8 * 10**12 // slowest)
     return max(1, int(links.max(initial=0))) * (data_ps + ack_ps + 2 * longest)
 
 
 def _cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
     """Per-experiment constants in engine units (ps, bits per second, bytes)."""
-    d, c, h, t, e = exp.dcqcn, exp.dctcp, exp.hpcc, exp.timely, exp.ecn
+    d, c, h, t, sw = exp.dcqcn, exp.dctcp, exp.hpcc, exp.timely, exp.switch
     rtt_ps = base_rtt_ps(exp, ecmp) if h.base_rtt_us is None else round(h.base_rtt_us * PS_PER_US)
 
     def ps(us):
@@ -240,9 +138,9 @@ def _cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
         return np.float64(mbps * 1e6)
 
     return CcParams(
-        ecn_kmin_bytes=np.int64(e.kmin_bytes),
-        ecn_kmax_bytes=np.int64(e.kmax_bytes),
-        ecn_pmax=np.float64(e.pmax),
+        ecn_kmin_bytes=np.int64(sw.ecn_kmin_bytes),
+        ecn_kmax_bytes=np.int64(sw.ecn_kmax_bytes),
+        ecn_pmax=np.float64(sw.ecn_pmax),
         dcqcn_g=np.float64(d.g),
         dcqcn_alpha_timer_ps=ps(d.alpha_timer_us),
         dcqcn_decrease_interval_ps=ps(d.decrease_interval_us),
@@ -255,8 +153,8 @@ def _cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
         dcqcn_cnp_interval_ps=ps(d.cnp_interval_us),
         dcqcn_rate_on_first_cnp=np.float64(d.rate_on_first_cnp),
         dctcp_g=np.float64(c.g),
-        dctcp_init_window_bytes=np.float64(c.init_window_packets * exp.payload_bytes),
-        dctcp_min_window_bytes=np.float64(c.min_window_packets * exp.payload_bytes),
+        dctcp_init_window_bytes=np.float64(c.init_window_packets * exp.packet.payload_bytes),
+        dctcp_min_window_bytes=np.float64(c.min_window_packets * exp.packet.payload_bytes),
         hpcc_eta=np.float64(h.eta),
         hpcc_max_stage=np.int32(h.max_stage),
         hpcc_w_ai_bytes=np.float64(h.rate_ai_mbps * 1e6 * rtt_ps / 1e12 / 8),
@@ -279,7 +177,7 @@ def _cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s: Stati
     n = s.n_flows
     rate = _pad(line_rate_bps.astype(np.float64), (n,), 1.0)
     bdp = rate * float(cp.hpcc_base_rtt_ps) / 1e12 / 8
-    kind = CC_KINDS[exp.cc]
+    kind = CC_CODES[exp.cc]
     window = {CC_DCTCP: np.full(n, float(cp.dctcp_init_window_bytes)), CC_HPCC: bdp}.get(kind, np.zeros(n))
     allow0 = window if kind in (CC_DCTCP, CC_HPCC) else np.full(n, np.inf)
     gate_allow = np.full((n, GATE_ENTRIES), np.inf)
@@ -376,11 +274,11 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         link_rate_bps=_pad(topo.link_rate_bps.astype(np.int64), (s.n_ports,), 1),
         link_delay_ps=_pad(topo.link_delay_ps.astype(np.int64), (s.n_ports,), NEVER // 4),
         link_into_switch=_pad(into_switch, (s.n_ports,), False),
-        link_pfc_xoff_bytes=np.full(s.n_ports, exp.pfc_xoff_bytes, np.int64),
-        link_pfc_xon_bytes=np.full(s.n_ports, exp.pfc_xon_bytes, np.int64),
+        link_pfc_xoff_bytes=np.full(s.n_ports, exp.switch.pfc_xoff_bytes, np.int64),
+        link_pfc_xon_bytes=np.full(s.n_ports, exp.switch.pfc_xon_bytes, np.int64),
     )
     ports = PortParams(
-        port_buffer_bytes=_pad(np.where(port_host >= 0, UNLIMITED_BYTES, exp.buffer_bytes).astype(np.int64), (s.n_ports,), UNLIMITED_BYTES),
+        port_buffer_bytes=_pad(np.where(port_host >= 0, UNLIMITED_BYTES, exp.switch.buffer_bytes).astype(np.int64), (s.n_ports,), UNLIMITED_BYTES),
         port_host=_pad(port_host, (s.n_ports,), -1),
         port_data_classes=np.arange(s.n_data_classes, dtype=np.int32),
     )
@@ -393,7 +291,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
 
     activator, activator_is_recv, rank = derived.triggers
     routes = exp.routes if exp.routes is not None else PinnedRoutes.none(n_flows)
-    n_packets = -(-flows.size_bytes // exp.payload_bytes)
+    n_packets = -(-flows.size_bytes // exp.packet.payload_bytes)
     graph = exp.tasks
     flow_task = graph.flow_tasks if graph is not None else np.full(n_flows, -1)
     triggered = (flows.trigger >= 0) | (flow_task >= 0)  # waits on a trigger or a task
@@ -405,7 +303,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         flow_size_bytes=_pad(flows.size_bytes.astype(np.int64), (s.n_flows,), 0),
         flow_n_packets=_pad(n_packets.astype(np.int32), (s.n_flows,), 0),
         flow_start_ps=_pad(start_ps, (s.n_flows,), NEVER),
-        flow_hash=_pad(flow_hash(exp.seed, n_flows), (s.n_flows,), 0),
+        flow_hash=_pad(flow_hash(exp.sim.seed, n_flows), (s.n_flows,), 0),
         flow_priority=_pad(flows.prio.astype(np.int32), (s.n_flows,), 0),
         flow_trigger=_pad(flows.trigger.astype(np.int32), (s.n_flows,), -1),
         flow_task=_pad(flow_task.astype(np.int32), (s.n_flows,), -1),
@@ -416,7 +314,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         trigger_activator_is_recv=_pad(activator_is_recv.astype(bool), (s.n_triggers, s.n_activators), False),
     )
     cc_params = _cc_params(exp, derived.ecmp)
-    task_params, task_state = _task_arrays(graph, s, exp.compute_slowdown)
+    task_params, task_state = _task_arrays(graph, s, exp.workload.compute_slowdown)
     params = Params(
         links=links,
         ports=ports,
@@ -425,15 +323,15 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         flows=flow_params,
         tasks=task_params,
         window_ps=np.int64(topo.link_delay_ps.min()),
-        payload_bytes=np.int32(exp.payload_bytes),
-        header_bytes=np.int32(exp.header_bytes),
-        ack_bytes=np.int32(exp.ack_bytes),
-        max_time_ps=np.int64(round(exp.max_time_us * PS_PER_US)),
-        cc_kind=np.int32(CC_KINDS[exp.cc]),
+        payload_bytes=np.int32(exp.packet.payload_bytes),
+        header_bytes=np.int32(exp.packet.header_bytes),
+        ack_bytes=np.int32(exp.packet.ack_bytes),
+        max_time_ps=np.int64(round(exp.sim.max_time_us * PS_PER_US)),
+        cc_kind=np.int32(CC_CODES[exp.cc]),
         cc=cc_params,
-        lb_kind=np.int32(LB_KINDS[exp.lb]),
-        flowlet_gap_ps=np.int64(round(exp.flowlet_gap_us * PS_PER_US)),
-        sample_interval_ps=np.int64(max(1, round(exp.sample_interval_us * PS_PER_US))),
+        lb_kind=np.int32(LB_CODES[exp.lb]),
+        flowlet_gap_ps=np.int64(round(exp.switch.flowlet_gap_us * PS_PER_US)),
+        sample_interval_ps=np.int64(max(1, round(exp.sim.sample_interval_us * PS_PER_US))),
     )
     n_slots = s.n_slots
     state = State(
@@ -484,7 +382,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         tasks=task_state,
         samples=SampleState(
             sample_count=np.int64(0),
-            next_sample_ps=np.int64(round(exp.sample_interval_us * PS_PER_US)) if exp.sample_interval_us > 0 else NEVER,
+            next_sample_ps=np.int64(round(exp.sim.sample_interval_us * PS_PER_US)) if exp.sim.sample_interval_us > 0 else NEVER,
             sample_time_ps=np.zeros(s.n_samples, np.int64),
             sample_flow_rate_bps=np.zeros((s.n_samples, s.n_flows)),
             sample_flow_window_bytes=np.zeros((s.n_samples, s.n_flows)),
@@ -500,7 +398,9 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
 
 
 def _derive(experiments) -> list[_Derived]:
-    return [_Derived(exp.validate(), trigger_tables(exp.flows)) for exp in experiments]
+    for exp in experiments:
+        exp.validate()
+    return [_Derived(exp.routing, trigger_tables(exp.flows)) for exp in experiments]
 
 
 def needed_static(experiments, *, slots_per_host: int = 256, n_samples: int = 64) -> Static:

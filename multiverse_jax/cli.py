@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 import multiverse_jax.conf.schema  # noqa: F401  (registers the config schema with Hydra)
-from multiverse_jax.config import experiment_from_config, resolve_config, run_options
+from multiverse_jax.config import experiment_from_config, load_config, resolve_config, run_options
 from multiverse_jax.errors import InputError
 from multiverse_jax.report.outputs import summary_table, write_oom_summary, write_outputs
 from multiverse_jax.simulate import simulate
@@ -43,12 +43,11 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
     console = console or Console()
     errors = Console(stderr=True)
     try:
-        config = resolve_config(cfg)
-        experiment = experiment_from_config(config)
-        options = run_options(config)
-        plots = config["output"]["plots"]
-        if not isinstance(plots, bool):
-            raise InputError(f"output.plots must be true or false, got {plots!r}")
+        typed = load_config(cfg)
+        config = resolve_config(typed)
+        experiment = experiment_from_config(typed)
+        options = run_options(typed)
+        plots = typed.output.plots
     except OutOfMemory as exc:
         # A valid design point that does not fit in GPU memory: a result, not bad input.
         write_oom_summary(output_dir, str(exc), exc.usage)

@@ -9,7 +9,8 @@ import jax
 import numpy as np
 
 from multiverse_jax import engine
-from multiverse_jax.batch import Batch, Experiment, build_batch
+from multiverse_jax.batch import Batch, build_batch
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.components.experiment import ERROR_MESSAGES, NEVER, State
 from multiverse_jax.components.static import Static
 from multiverse_jax.report.timeline import iteration_split, task_columns
@@ -116,7 +117,7 @@ def results(
             tasks = task_columns(experiment.tasks, host["task_start"][e, :n_tasks], host["task_finish"][e, :n_tasks])
             summary.update(iteration_split(tasks, experiment.tasks.n_gpus))
         flow_series = port_series = None
-        if collector is not None and experiment.sample_interval_us > 0:
+        if collector is not None and experiment.sim.sample_interval_us > 0:
             topo = experiment.topology
             flow_series, port_series = collector.series(e, experiment.flows.flow_id, topo.link_src, topo.link_dst)
             summary["sample_stride"] = int(collector.stride[e])  # > 1: thinned to fit the host budget
@@ -167,7 +168,7 @@ def simulate(
     if padding:
         state = state.replace(done=state.done.at[n_real:].set(True))
         batch = dataclasses.replace(batch, experiments=batch.experiments[:n_real])
-    sampling = any(e.sample_interval_us > 0 for e in batch.experiments)
+    sampling = any(e.sim.sample_interval_us > 0 for e in batch.experiments)
     collector = SampleCollector(n_real + padding) if sampling else None
 
     def progress(state: State) -> None:

@@ -22,6 +22,7 @@ SMALL = Static(
     pinned_len=8,
     slots_per_host=128,
     pfc_history=8,
+    n_samples=64,  # time series on (the schema's sim.sample_interval_us), 64 windows per call
 )
 
 

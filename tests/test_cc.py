@@ -8,8 +8,9 @@ import pytest
 
 from conftest import SMALL, run_small
 from multiverse_jax import engine
-from multiverse_jax.batch import Experiment, build_batch
-from multiverse_jax.cc.config import DcqcnConfig, EcnConfig, HpccConfig, TimelyConfig
+from multiverse_jax.batch import build_batch
+from multiverse_jax.conf.schema import DcqcnConfig, HpccConfig, SimConfig, SwitchConfig, TimelyConfig
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.simulate import simulate
 from multiverse_jax.systems.marking import red_probability
 from multiverse_jax.topology import fattree
@@ -25,7 +26,7 @@ K_BYTES = 100_000  # DCTCP's marking threshold in the convergence run
 # Parameters for two flows on a 9 us RTT (each documented in the README's CC section):
 CONVERGENCE = {
     "dcqcn": {},  # the defaults
-    "dctcp": {"ecn": EcnConfig(kmin_bytes=K_BYTES, kmax_bytes=K_BYTES, pmax=1.0)},  # step marking at K
+    "dctcp": {"switch": SwitchConfig(ecn_kmin_bytes=K_BYTES, ecn_kmax_bytes=K_BYTES, ecn_pmax=1.0)},  # step marking at K
     # W_AI = W_init (1 - eta) / N for N = 2 flows (HPCC paper §3.3): 2 Gb/s x T
     "hpcc": {"hpcc": HpccConfig(rate_ai_mbps=2000.0)},
     # T_low / T_high scaled from the paper's 10 Gb/s network to this 9 us RTT, so that the
@@ -40,7 +41,7 @@ def two_long_flows():
     """Two 8 MB flows into h2 under each CC, run as ONE batch (sampled every 10 us)."""
     flows = make_flows(np.array([0, 1]), np.array([2, 2]), 8_000_000, 0)
     exps = [
-        Experiment(DUMBBELL, flows, cc=cc, sample_interval_us=10.0, **kw) for cc, kw in CONVERGENCE.items()
+        Experiment(DUMBBELL, flows, cc=cc, sim=SimConfig(sample_interval_us=10.0), **kw) for cc, kw in CONVERGENCE.items()
     ]
     return dict(zip(CONVERGENCE, simulate(exps, slots_per_host=256)))
 
@@ -126,8 +127,8 @@ def _mixed_cc_experiments():
         src = rng.integers(0, 16, n)
         dst = (src + 1 + rng.integers(0, 15, n)) % 16
         flows = make_flows(src, dst, rng.integers(20_000, 300_000, n), rng.integers(0, 3_000_000, n), prio=rng.integers(0, 2, n))
-        ecn = EcnConfig(kmin_bytes=20_000 + 10_000 * e, kmax_bytes=200_000, pmax=0.5)
-        exps.append(Experiment(K4, flows, cc=cc, lb=lb, flowlet_gap_us=0.5, seed=e, ecn=ecn, sample_interval_us=5.0))
+        switch = SwitchConfig(ecn_kmin_bytes=20_000 + 10_000 * e, ecn_kmax_bytes=200_000, ecn_pmax=0.5, flowlet_gap_us=0.5)
+        exps.append(Experiment(K4, flows, cc=cc, lb=lb, switch=switch, sim=SimConfig(seed=e, sample_interval_us=5.0)))
     return exps
 
 
@@ -160,7 +161,7 @@ def test_mixed_cc_batches_share_one_program():
     engine.run(first.params, first.state, steps_per_call=16)
     programs = engine.advance._cache_size()
     other = [
-        dataclasses.replace(e, cc=cc, dcqcn=DcqcnConfig(g=0.01), hpcc=HpccConfig(eta=0.9), ecn=EcnConfig(pmax=0.5))
+        dataclasses.replace(e, cc=cc, dcqcn=DcqcnConfig(g=0.01), hpcc=HpccConfig(eta=0.9), switch=SwitchConfig(ecn_pmax=0.5))
         for e, cc in zip(exps, ["hpcc", "timely", "none", "dcqcn", "dctcp", "dctcp"])
     ]
     second = build_batch(other, static=MIXED_STATIC, slots_per_host=SMALL.slots_per_host)

@@ -86,10 +86,7 @@ def test_cm_workload_trigger_chain(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "overrides, needle",
     [
-        (["topology.kind=torus"], "topology.kind"),
-        (["hybrid.mode=flow"], "hybrid.mode"),
         (["workload.kind=cm"], "workload.path"),
-        (["workload.kind=ring"], "workload.kind"),
         (["workload.flow_bytes=-5"], "workload.flow_bytes"),
         (["workload.kind=incast", "workload.senders=16"], "workload.senders"),
         (["sim.steps_per_call=0"], "sim.steps_per_call"),
@@ -101,6 +98,34 @@ def test_bad_values_exit_2(tmp_path, capsys, overrides, needle):
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
     assert not (tmp_path / "fct.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "override, key, valid",
+    [
+        ("topology.kind=torus", "topology.kind", "[fattree, leafspine, rail, custom]"),
+        ("hybrid.mode=flow", "hybrid.mode", "[packet]"),
+        ("workload.kind=ring", "workload.kind", "[permutation, incast, cm, llm, astra, simai, chakra, goal]"),
+        ("workload.placement=scattered", "workload.placement", "[packed, random, rail]"),
+        ("sim.batching=fast", "sim.batching", "[auto, vmap, map]"),
+    ],
+)
+def test_choices_are_enums_checked_when_composing(override, key, valid):
+    """A choice that is not one of its Enum's members is Hydra's error naming the key and the
+    valid values, before any of our code runs (the CLI exits 2: test below)."""
+    with pytest.raises(Exception) as info:
+        config(override)
+    message = f"{info.value} {info.value.__cause__}"
+    assert f"full_key: {key}" in message and f"expected one of {valid}" in message
+
+
+def test_cli_subprocess_bad_choice_exits_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "multiverse_jax.cli", "workload.placement=scattered", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "workload.placement" in proc.stderr and "expected one of [packed, random, rail]" in proc.stderr
 
 
 def test_malformed_cm_line_exit_2(tmp_path, capsys):
@@ -221,7 +246,6 @@ def test_llm_point_that_does_not_fit_is_an_oom_result(tmp_path, capsys):
         (["workload.kind=llm", "workload.model=gpt5"], "workload.model must be one of"),
         (["workload.kind=llm", "workload.tp=8", "workload.pp=2", "workload.dp=4"], "= 64 GPUs, but topology fattree(k=4) has 16 hosts"),
         (["workload.kind=goal"], "workload.path must name the workload file"),
-        (["workload.kind=llm", "workload.placement=scattered"], "workload.placement must be one of packed, random, rail"),
     ],
 )
 def test_bad_llm_config_exits_2(tmp_path, capsys, overrides, needle):

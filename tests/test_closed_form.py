@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import chain, run_small, store_and_forward_ps, wire_sizes
-from multiverse_jax.batch import Experiment
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
 

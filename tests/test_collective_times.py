@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import SMALL, store_and_forward_ps, wire_sizes
-from multiverse_jax.batch import Experiment
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.simulate import simulate
 from multiverse_jax.topology.graph import from_cables
 from multiverse_jax.workload.collectives import CommConfig, collective

@@ -9,7 +9,9 @@ import pytest
 
 from conftest import SMALL, run_small, wire_sizes
 from multiverse_jax import engine
-from multiverse_jax.batch import Experiment, build_batch
+from multiverse_jax.batch import build_batch
+from multiverse_jax.conf.schema import SimConfig, SwitchConfig
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.simulate import results, simulate
 from multiverse_jax.topology import fattree, leafspine
 from multiverse_jax.workload.flows import TRIGGER_BARRIER, TRIGGER_ONESHOT, FlowSet, Triggers, make_flows
@@ -23,7 +25,7 @@ def test_incast_finishes_at_bottleneck_rate_without_overflow():
     """8 senders into h0: the last flow ends within 1 % of (all wire bytes at the bottleneck
     rate + path latency), PFC pauses upstream and no queue exceeds its buffer."""
     senders, size = 8, 500_000
-    exp = Experiment(K4, make_flows(np.arange(1, senders + 1), 0, size, 0), buffer_bytes=1_000_000)
+    exp = Experiment(K4, make_flows(np.arange(1, senders + 1), 0, size, 0), switch=SwitchConfig(buffer_bytes=1_000_000))
     result = run_small([exp])[0]
     assert result.ok, result.summary
     total_wire = senders * sum(wire_sizes(size))
@@ -39,7 +41,7 @@ def test_incast_finishes_at_bottleneck_rate_without_overflow():
 
 
 def test_small_buffer_is_an_error_not_a_loss():
-    exp = Experiment(K4, make_flows(np.arange(1, 9), 0, 200_000, 0), buffer_bytes=20_000, pfc_xoff_bytes=20_000, pfc_xon_bytes=10_000)
+    exp = Experiment(K4, make_flows(np.arange(1, 9), 0, 200_000, 0), switch=SwitchConfig(buffer_bytes=20_000, pfc_xoff_bytes=20_000, pfc_xon_bytes=10_000))
     result = run_small([exp])[0]
     assert not result.ok
     assert "switch.buffer_bytes" in result.summary["error"]
@@ -113,7 +115,11 @@ def _mixed_experiments():
         lb = ("ecmp", "spray", "flowlet", "spray")[e]
         exps.append(
             Experiment(
-                topo, flows, seed=e, lb=lb, flowlet_gap_us=0.5, buffer_bytes=1_500_000 - 100_000 * e, pfc_xoff_bytes=150_000 + 20_000 * e
+                topo,
+                flows,
+                lb=lb,
+                switch=SwitchConfig(flowlet_gap_us=0.5, buffer_bytes=1_500_000 - 100_000 * e, pfc_xoff_bytes=150_000 + 20_000 * e),
+                sim=SimConfig(seed=e),
             )
         )
     return exps
@@ -141,7 +147,9 @@ def test_new_parameters_same_shapes_do_not_retrace():
 
     exps = _mixed_experiments()
     first = build_batch(exps[:2], static=SMALL, slots_per_host=SMALL.slots_per_host)
-    other = [dataclasses.replace(e, seed=e.seed + 10, buffer_bytes=900_000) for e in exps[2:]]
+    other = [dataclasses.replace(
+            e, sim=SimConfig(seed=e.sim.seed + 10), switch=dataclasses.replace(e.switch, buffer_bytes=900_000)
+        ) for e in exps[2:]]
     second = build_batch(other, static=SMALL, slots_per_host=SMALL.slots_per_host)
     two_windows(first.params, first.state)
     two_windows(second.params, second.state)  # a second trace would raise here
@@ -157,7 +165,7 @@ def test_new_parameters_same_shapes_do_not_retrace():
 
 def test_results_of_a_failed_point_do_not_stop_the_others():
     good = Experiment(K4, make_flows([0], [15], [10_000], [0]))
-    bad = Experiment(K4, make_flows(np.arange(1, 9), 0, 200_000, 0), buffer_bytes=20_000, pfc_xoff_bytes=20_000, pfc_xon_bytes=10_000)
+    bad = Experiment(K4, make_flows(np.arange(1, 9), 0, 200_000, 0), switch=SwitchConfig(buffer_bytes=20_000, pfc_xoff_bytes=20_000, pfc_xon_bytes=10_000))
     out = run_small([good, bad])
     assert out[0].ok and not out[1].ok
     assert out[0].flows["finish_us"][0] == pytest.approx(14.51008, abs=1e-6)
@@ -186,7 +194,7 @@ def test_ecmp_is_seeded_and_deterministic():
     from multiverse_jax.config import derangement
 
     flows = make_flows(np.arange(16), derangement(16, 3), 50_000, 0)
-    a, b, c = run_small([Experiment(K4, flows, seed=1), Experiment(K4, flows, seed=1), Experiment(K4, flows, seed=2)])
+    a, b, c = run_small([Experiment(K4, flows, sim=SimConfig(seed=1)), Experiment(K4, flows, sim=SimConfig(seed=1)), Experiment(K4, flows, sim=SimConfig(seed=2))])
     np.testing.assert_array_equal(a.flows["finish_us"], b.flows["finish_us"])
     np.testing.assert_array_equal(a.port_max_queue_bytes, b.port_max_queue_bytes)
     assert not np.array_equal(a.port_max_queue_bytes, c.port_max_queue_bytes)
@@ -202,7 +210,7 @@ def test_pfc_bounds_ingress_bytes_by_xoff_plus_headroom():
 
     topo = chain([100, 100, 25], [1.0, 1.0, 1.0])
     size, xoff = 2_000_000, 100_000
-    exp = Experiment(topo, make_flows([0], [1], [size], [0]), pfc_xoff_bytes=xoff, pfc_xon_bytes=50_000)
+    exp = Experiment(topo, make_flows([0], [1], [size], [0]), switch=SwitchConfig(pfc_xoff_bytes=xoff, pfc_xon_bytes=50_000))
     result = run_small([exp])[0]
     assert result.ok, result.summary
     s1_to_h1 = topo.link_between(topo.node_index("s1"), 1)
@@ -243,7 +251,9 @@ def test_flowlets_change_path_only_after_a_gap():
     time. With a flowlet gap below that, every packet starts a flowlet and the flow
     spreads over the cores; with a long gap a flow keeps one path, as with ECMP."""
     flows = make_flows([0, 0], [15, 14], [200 * 4096, 200 * 4096], [0, 0])
-    experiments = [Experiment(K4, flows, lb="flowlet", flowlet_gap_us=0.1), Experiment(K4, flows, lb="flowlet", flowlet_gap_us=1000.0)]
+    experiments = [Experiment(K4, flows, lb="flowlet", switch=SwitchConfig(flowlet_gap_us=0.1)),
+        Experiment(K4, flows, lb="flowlet", switch=SwitchConfig(flowlet_gap_us=1000.0)),
+    ]
     batch = build_batch(experiments, static=SMALL, slots_per_host=SMALL.slots_per_host)
     state, _ = engine.run(batch.params, batch.state)
     assert len(_core_bytes(state, 0, K4.node_names)) == 4

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from multiverse_jax.batch import Experiment
+from multiverse_jax.conf.schema import PacketConfig, SwitchConfig
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.errors import InputError
 from multiverse_jax.topology import fattree
 from multiverse_jax.topology.graph import from_cables
@@ -37,16 +38,18 @@ def test_zero_rate_link():
 @pytest.mark.parametrize(
     "key,value,match",
     [
-        ("pfc_xon_bytes", 300_000, "switch.pfc_xon_bytes"),
-        ("buffer_bytes", 0, "switch.buffer_bytes"),
-        ("payload_bytes", 0, "packet.payload_bytes"),
+        ("switch", {"pfc_xon_bytes": 300_000}, "switch.pfc_xon_bytes"),
+        ("switch", {"buffer_bytes": 0}, "switch.buffer_bytes"),
+        ("packet", {"payload_bytes": 0}, "packet.payload_bytes"),
         ("cc", "reno", "cc must be one of"),
         ("lb", "magic", "lb must be one of"),
     ],
 )
 def test_bad_knobs_name_their_key(key, value, match):
+    groups = {"switch": SwitchConfig, "packet": PacketConfig}
     with pytest.raises(InputError, match=match):
-        Experiment(K4, make_flows([0], [1], [1000]), **{key: value}).validate()
+        knob = groups[key](**value) if key in groups else value  # a group checks its ranges when built
+        Experiment(K4, make_flows([0], [1], [1000]), **{key: knob}).validate()
 
 
 def test_malformed_cm_line_names_file_and_line(tmp_path):

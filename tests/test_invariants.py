@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from conftest import SMALL
 from multiverse_jax import engine
-from multiverse_jax.batch import Experiment, build_batch
+from multiverse_jax.batch import build_batch
+from multiverse_jax.conf.schema import SimConfig
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.simulate import results
 from multiverse_jax.topology.graph import from_cables
 from multiverse_jax.topology.routing import ecmp_table
@@ -72,7 +74,7 @@ def networks(draw):
             np.zeros(len(triggers), np.int32),
         ),
     )
-    return Experiment(topo, flows, routes=draw(pinned_routes(topo, flows)), seed=draw(st.integers(0, 1000)))
+    return Experiment(topo, flows, routes=draw(pinned_routes(topo, flows)), sim=SimConfig(seed=draw(st.integers(0, 1000))))
 
 
 @st.composite

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import SMALL
-from multiverse_jax.batch import Experiment
+from multiverse_jax.conf.schema import SimConfig
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.errors import InputError
 from multiverse_jax.simulate import simulate
 from multiverse_jax.sweep.ray_backend import run_groups_on_ray
@@ -25,7 +26,7 @@ K4 = fattree(4, 100.0, 1.0)
 KWARGS = {"slots_per_host": SMALL.slots_per_host, "static": SMALL}
 GROUPS = [
     ([Experiment(K4, make_flows([0], [15], [30_000], [0]))], KWARGS),
-    ([Experiment(K4, make_flows([1, 2], [14, 3], [20_000, 5_000], [0, 0]), seed=3)], KWARGS),
+    ([Experiment(K4, make_flows([1, 2], [14, 3], [20_000, 5_000], [0, 0]), sim=SimConfig(seed=3))], KWARGS),
 ]
 
 

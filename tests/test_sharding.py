@@ -25,7 +25,9 @@ import jax
 import numpy as np
 from conftest import SMALL, run_small
 from multiverse_jax import engine
-from multiverse_jax.batch import Experiment, build_batch
+from multiverse_jax.batch import build_batch
+from multiverse_jax.conf.schema import SimConfig, SwitchConfig
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.simulate import simulate
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
@@ -40,7 +42,7 @@ for e in range(3):  # 3 experiments over 2 devices: the batch is padded to 4
     src = rng.integers(0, 16, n)
     dst = (src + 1 + rng.integers(0, 15, n)) % 16
     flows = make_flows(src, dst, rng.integers(2_000, 60_000, n), rng.integers(0, 2 * PS, n))
-    experiments.append(Experiment(K4, flows, seed=e, lb=("ecmp", "spray", "flowlet")[e], flowlet_gap_us=0.5))
+    experiments.append(Experiment(K4, flows, lb=("ecmp", "spray", "flowlet")[e], switch=SwitchConfig(flowlet_gap_us=0.5), sim=SimConfig(seed=e)))
 
 kwargs = dict(slots_per_host=SMALL.slots_per_host, static=SMALL, steps_per_call=16)
 one = simulate(experiments, **kwargs)

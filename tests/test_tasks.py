@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import SMALL, store_and_forward_ps, wire_sizes
-from multiverse_jax.batch import Experiment
+from multiverse_jax.conf.schema import WorkloadConfig
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.errors import InputError
 from multiverse_jax.simulate import simulate
 from multiverse_jax.topology import fattree
@@ -134,7 +135,10 @@ def test_compute_that_overlaps_communication_is_slowed():
     after = b.delay(0, 10 * US, [wait, send], stream=STREAM_COMPUTE, name="after the send")
     graph = b.build()
     slow, plain = run(
-        [Experiment(K4, graph.flow_set(), tasks=graph, compute_slowdown=1.5), Experiment(K4, graph.flow_set(), tasks=graph)]
+        [
+            Experiment(K4, graph.flow_set(), tasks=graph, workload=WorkloadConfig(compute_slowdown=1.5)),
+            Experiment(K4, graph.flow_set(), tasks=graph),
+        ]
     )
     t = slow.tasks
     assert t["start_us"][during] == pytest.approx(1.0) and t["start_us"][during] < t["finish_us"][send]
@@ -143,4 +147,4 @@ def test_compute_that_overlaps_communication_is_slowed():
     assert t["finish_us"][after] - t["start_us"][after] == pytest.approx(10.0)
     assert plain.tasks["finish_us"][during] - plain.tasks["start_us"][during] == pytest.approx(10.0)
     with pytest.raises(InputError, match="workload.compute_slowdown"):
-        Experiment(K4, graph.flow_set(), tasks=graph, compute_slowdown=0).validate()
+        WorkloadConfig(compute_slowdown=0)

@@ -17,8 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_module
 
-from multiverse_jax.batch import Experiment, build_batch
-from multiverse_jax.cc.config import EcnConfig
+from multiverse_jax.batch import build_batch
+from multiverse_jax.conf.schema import SimConfig, SwitchConfig
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.cli import run
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.errors import InputError
@@ -38,13 +39,13 @@ BUSY = make_flows([0, 1, 4, 5], [8, 8, 9, 13], [200_000, 100_000, 150_000, 50_00
 # Two short flows with an idle gap between them: the clock jumps over the gap, and the
 # windows (1 µs) are no longer aligned with the 2.5 µs sampling grid.
 GAPPED = make_flows([0, 1], [8, 12], [50_000, 50_000], [0, 33_300_000])
-STEP_ECN = EcnConfig(kmin_bytes=10_000, kmax_bytes=10_000, pmax=1.0)  # mark above 10 KB: DCQCN reacts
+STEP_ECN = SwitchConfig(ecn_kmin_bytes=10_000, ecn_kmax_bytes=10_000, ecn_pmax=1.0)  # mark above 10 KB: DCQCN reacts
 EXPERIMENTS = [
-    Experiment(TOPO, BUSY, cc="none", sample_interval_us=0.0),
-    Experiment(TOPO, BUSY, cc="none", sample_interval_us=2.0),
-    Experiment(TOPO, BUSY, cc="dcqcn", ecn=STEP_ECN, sample_interval_us=0.0),
-    Experiment(TOPO, BUSY, cc="dcqcn", ecn=STEP_ECN, sample_interval_us=2.0),
-    Experiment(TOPO, GAPPED, cc="none", sample_interval_us=2.5),
+    Experiment(TOPO, BUSY, cc="none", sim=SimConfig(sample_interval_us=0.0)),
+    Experiment(TOPO, BUSY, cc="none", sim=SimConfig(sample_interval_us=2.0)),
+    Experiment(TOPO, BUSY, cc="dcqcn", switch=STEP_ECN, sim=SimConfig(sample_interval_us=0.0)),
+    Experiment(TOPO, BUSY, cc="dcqcn", switch=STEP_ECN, sim=SimConfig(sample_interval_us=2.0)),
+    Experiment(TOPO, GAPPED, cc="none", sim=SimConfig(sample_interval_us=2.5)),
 ]
 SAMPLED = [1, 3, 4]  # experiments with a time series
 UNSAMPLED_TWIN = {1: 0, 3: 2}  # the same experiment without one
@@ -145,7 +146,7 @@ def test_sample_times(runs, e):
     next grid point, which can be closer than an interval (experiment 4 has gaps of 1.3 and
     2 µs at a 2.5 µs interval), so spacing >= interval is not checked."""
     result = runs[e]
-    interval_ps = round(EXPERIMENTS[e].sample_interval_us * 1e6)
+    interval_ps = round(EXPERIMENTS[e].sim.sample_interval_us * 1e6)
     t = times_ps(result)
     assert len(t) == len(result.flow_series["time_us"]) // len(EXPERIMENTS[e].flows)  # no time twice
     assert np.all(np.diff(t) > 0)
@@ -245,11 +246,14 @@ def test_ring_draining_loses_nothing(runs, short_calls):
 
 
 def test_config_key():
-    assert experiment_from_config({}).sample_interval_us == 5.0
-    assert experiment_from_config({"sim": {"sample_interval_us": 0}}).sample_interval_us == 0.0
-    assert experiment_from_config({"sim": {"sample_interval_us": 2}}).sample_interval_us == 2.0
-    for bad in (-1, "often", float("nan"), True):
+    assert experiment_from_config({}).sim.sample_interval_us == 5.0
+    assert experiment_from_config({"sim": {"sample_interval_us": 0}}).sim.sample_interval_us == 0.0
+    assert experiment_from_config({"sim": {"sample_interval_us": 2}}).sim.sample_interval_us == 2.0
+    for bad in (-1, float("nan")):
         with pytest.raises(InputError, match=r"sim\.sample_interval_us must be a finite number >= 0"):
+            experiment_from_config({"sim": {"sample_interval_us": bad}})
+    for bad in ("often", True):
+        with pytest.raises(InputError, match=r"sim\.sample_interval_us must be a number, got"):
             experiment_from_config({"sim": {"sample_interval_us": bad}})
 
 

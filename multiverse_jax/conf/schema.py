@@ -1,4 +1,4 @@
-"""The config schema: structured configs (dataclasses) behind the Hydra config tree.
+"""The config schema: the one place where every key, its type, default and meaning are written.
 
 Hydra composes ``conf/config.yaml``, whose defaults list starts with this schema and then
 picks one option of each group::
@@ -12,34 +12,121 @@ picks one option of each group::
     hybrid    packet                                         (granularity; see HybridConfig)
     output    default | minimal                              (plots)
 
-Every key and its type is declared here, so a typo (``switch.bufer_bytes=1``) or a wrong
-type (``topology.k=four``) is an error from Hydra naming the key, before anything runs.
-Values are then checked for meaning (ranges, files, sizes that fit the topology) by
-``multiverse_jax.config.experiment_from_config``. The defaults below are the defaults of
-the program; the group options only change what differs from them.
+Types are checked by OmegaConf as the config is composed: a typo (``switch.bufer_bytes=1``),
+a wrong type (``topology.k=four``) or a choice that is not one of its Enum's members
+(``cc=reno``, ``sim.batching=fast``) is an error naming the key. Ranges are checked next
+to the fields, in each group's ``__post_init__``, when the composed config becomes these
+dataclasses (``multiverse_jax.config.load_config``): the error is an ``InputError`` that
+names the key and says what is valid. The Python API uses the same dataclasses: an
+``Experiment`` holds them (``Experiment(topo, flows, switch=SwitchConfig(buffer_bytes=...))``),
+so there is no second set of defaults.
 
-The congestion-control groups ``dcqcn``, ``dctcp``, ``hpcc`` and ``timely`` are generated
-from the dataclasses in ``cc/config.py`` (one source for names, types, defaults and their
-sources); every group is present whichever ``cc`` is chosen, so a sweep over ``cc`` can
-also vary, say, ``dcqcn.g``.
+Adding a key: add the field here (type, default, comment; a range check in the group's
+``__post_init__`` if it has one), then read it where it is used (``exp.switch.my_key``).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
 
-from multiverse_jax.cc.config import DcqcnConfig, DctcpConfig, HpccConfig, TimelyConfig
+from multiverse_jax.errors import InputError
 
 SCHEMA_NAME = "multiverse_jax_schema"  # the schema's name in Hydra's ConfigStore
+MAX_PAYLOAD_BYTES = 1 << 20  # 1 MiB: (payload + header) * 8e12 bits*ps must fit in int64
+MAX_HEADER_BYTES = 1 << 16
+MAX_PRIORITIES = 8  # data classes per port, as 802.1p's eight traffic classes
+
+
+def check_number(key: str, value, *, low=None, high=None, low_open=False, integer=False) -> None:
+    """``key`` must hold a finite number in [low, high] ((low, high] if ``low_open``)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and integer:
+        ok = value == int(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value <= high
+    if not ok:
+        lo = "" if low is None else (f"> {low}" if low_open else f">= {low}")
+        hi = "" if high is None else f"<= {high}"
+        bounds = " and ".join(b for b in (lo, hi) if b)
+        kind = "an integer" if integer else "a finite number"
+        raise InputError(f"{key} must be {kind}{' ' + bounds if bounds else ''}, got {value!r}")
+
+
+def check_not_above(low_key: str, low, high_key: str, high) -> None:
+    """``low_key`` must not exceed ``high_key`` (two thresholds of one group)."""
+    if low > high:
+        raise InputError(f"{low_key} ({low}) must not exceed {high_key} ({high})")
+
+
+# --- Choices -------------------------------------------------------------------------------
+
+
+class TopologyKind(enum.StrEnum):
+    fattree = "fattree"  # k-ary fat-tree (htsim's numbering)
+    leafspine = "leafspine"  # two-tier Clos
+    rail = "rail"  # rail-optimised: GPU i of every server on rail i
+    custom = "custom"  # a topology file (topology.path)
+
+
+class WorkloadKind(enum.StrEnum):
+    permutation = "permutation"  # every host sends to another (a random derangement)
+    incast = "incast"  # hosts 1..senders send to host 0
+    cm = "cm"  # an htsim connection matrix
+    llm = "llm"  # a generated training iteration (model, TP/PP/DP/EP)
+    astra = "astra"  # ASTRA-sim layer file
+    simai = "simai"  # SimAI / aicb layer file
+    chakra = "chakra"  # Chakra execution traces
+    goal = "goal"  # GOAL schedule (ATLAHS / LogGOPSim)
+
+
+TASK_WORKLOADS = (WorkloadKind.llm, WorkloadKind.astra, WorkloadKind.simai, WorkloadKind.chakra, WorkloadKind.goal)
+
+
+class CcKind(enum.StrEnum):
+    none = "none"  # line rate, held back only by PFC
+    dcqcn = "dcqcn"  # rate-based, ECN -> CNP (Zhu et al. 2015)
+    dctcp = "dctcp"  # window-based, ECN echo (Alizadeh et al. 2010)
+    hpcc = "hpcc"  # window + pacing from in-band telemetry (Li et al. 2019)
+    timely = "timely"  # rate-based, RTT gradient (Mittal et al. 2015)
+
+
+class LbKind(enum.StrEnum):
+    ecmp = "ecmp"  # per flow: every packet of a flow takes the same path
+    spray = "spray"  # per packet: each packet hashes its own path
+    flowlet = "flowlet"  # a new path when the flow was idle longer than switch.flowlet_gap_us
+
+
+class Batching(enum.StrEnum):
+    auto = "auto"  # map on a CPU, vmap on an accelerator
+    vmap = "vmap"  # experiments as wide arrays, in lockstep (GPUs)
+    map = "map"  # a loop over experiments inside the compiled program (CPUs)
+
+
+class Placement(enum.StrEnum):
+    packed = "packed"  # server s on the s-th block of hosts
+    random = "random"  # servers on random host blocks (sim.seed)
+    rail = "rail"  # GPU i of every server on rail i
+
+
+class HybridMode(enum.StrEnum):
+    packet = "packet"  # every packet simulated (flow-level fast-forward modes will join it)
+
+
+# --- Groups --------------------------------------------------------------------------------
 
 
 @dataclass
 class TopologyConfig:
-    kind: str = "fattree"  # fattree | leafspine | rail | custom
+    """topology.*: which fabric (each builder checks its own arguments, naming these keys)."""
+
+    kind: TopologyKind = TopologyKind.fattree
     k: int = 4  # fattree: even arity; k^3/4 hosts
     path: Optional[str] = None  # custom: topology file
     leaves: int = 4  # leafspine
@@ -53,37 +140,164 @@ class TopologyConfig:
 
 @dataclass
 class LinkConfig:
-    rate_gbps: float = 100.0  # every link (custom topologies: links that give none)
-    delay_us: float = 1.0  # propagation delay of every link
+    """link.*: every link (custom topologies: the links whose line gives none)."""
+
+    rate_gbps: float = 100.0
+    delay_us: float = 1.0  # propagation delay
 
 
 @dataclass
 class PacketConfig:
-    payload_bytes: int = 4096
+    """packet.*: wire sizes."""
+
+    payload_bytes: int = 4096  # data packet = payload + header
     header_bytes: int = 64
     ack_bytes: int = 64
+
+    def __post_init__(self):
+        check_number("packet.payload_bytes", self.payload_bytes, low=1, high=MAX_PAYLOAD_BYTES, integer=True)
+        check_number("packet.header_bytes", self.header_bytes, low=0, high=MAX_HEADER_BYTES, integer=True)
+        check_number("packet.ack_bytes", self.ack_bytes, low=1, integer=True)
 
 
 @dataclass
 class SwitchConfig:
-    buffer_bytes: int = 2_000_000  # per egress port
+    """switch.*: buffers, PFC, ECN marking and flowlets of every switch port."""
+
+    buffer_bytes: int = 2_000_000  # per egress port; exceeding it is an error, never a drop
     pfc_xoff_bytes: int = 200_000  # per ingress: pause the upstream port above this
     pfc_xon_bytes: int = 100_000  # per ingress: resume it below this
     flowlet_gap_us: float = 50.0  # lb=flowlet: a flow idle this long starts a new flowlet (new path)
-    ecn_kmin_bytes: int = 100_000  # RED/ECN: no marking below this egress queue (ns-3 KMIN at 25 Gb/s)
-    ecn_kmax_bytes: int = 400_000  # RED/ECN: mark every packet above this (DCTCP step: Kmin = Kmax = K)
-    ecn_pmax: float = 0.2  # RED/ECN: marking probability at Kmax, 0..1 (ns-3 PMAX)
+    # RED/ECN marking at egress: probability 0 below Kmin, rising to Pmax at Kmax, 1 above.
+    # Defaults: the HPCC authors' ns-3 run.py at 25 Gb/s, below PFC XOFF plus headroom so
+    # ECN acts before PFC (the DCQCN paper: 5 KB, 200 KB, 1 % at 40 Gb/s). DCTCP's step
+    # marking at K: Kmin = Kmax = K, Pmax = 1.
+    ecn_kmin_bytes: int = 100_000
+    ecn_kmax_bytes: int = 400_000
+    ecn_pmax: float = 0.2
+
+    def __post_init__(self):
+        check_number("switch.buffer_bytes", self.buffer_bytes, low=1, integer=True)
+        check_number("switch.pfc_xoff_bytes", self.pfc_xoff_bytes, low=1, integer=True)
+        check_number("switch.pfc_xon_bytes", self.pfc_xon_bytes, low=0, integer=True)
+        check_not_above("switch.pfc_xon_bytes", self.pfc_xon_bytes, "switch.pfc_xoff_bytes", self.pfc_xoff_bytes)
+        check_not_above("switch.pfc_xoff_bytes", self.pfc_xoff_bytes, "switch.buffer_bytes", self.buffer_bytes)
+        check_number("switch.flowlet_gap_us", self.flowlet_gap_us, low=0, low_open=True)
+        check_number("switch.ecn_kmin_bytes", self.ecn_kmin_bytes, low=0, integer=True)
+        check_number("switch.ecn_kmax_bytes", self.ecn_kmax_bytes, low=0, integer=True)
+        check_number("switch.ecn_pmax", self.ecn_pmax, low=0, high=1)
+        check_not_above("switch.ecn_kmin_bytes", self.ecn_kmin_bytes, "switch.ecn_kmax_bytes", self.ecn_kmax_bytes)
+
+
+# Congestion control. "ns-3" is the HPCC authors' ns-3 code (simulation/run.py at 100 Gb/s
+# NICs, and rdma-hw.cc defaults); the papers are the algorithms' own.
+
+
+@dataclass
+class DcqcnConfig:
+    """dcqcn.*: DCQCN (Zhu et al. 2015), the Mellanox rules of the ns-3 code."""
+
+    g: float = 1 / 256  # alpha gain (paper, ns-3 EWMA_GAIN)
+    alpha_timer_us: float = 1.0  # alpha update period (ns-3 ALPHA_RESUME_INTERVAL; paper 55)
+    decrease_interval_us: float = 4.0  # at most one rate cut per interval (ns-3 RATE_DECREASE_INTERVAL)
+    increase_timer_us: float = 300.0  # rate-increase timer (ns-3 RP_TIMER; paper 55)
+    byte_counter_bytes: int = 10_000_000  # bytes per byte-counter increase event (paper B = 10 MB)
+    fast_recovery_steps: int = 1  # F: increase events of fast recovery (ns-3 FAST_RECOVERY_TIMES; paper 5)
+    rate_ai_mbps: float = 20.0  # additive increase (ns-3 RATE_AI = 5 Mb/s x 100/25)
+    rate_hai_mbps: float = 200.0  # hyper increase (ns-3 RATE_HAI = 50 Mb/s x 100/25)
+    min_rate_mbps: float = 1000.0  # (ns-3 MIN_RATE)
+    cnp_interval_us: float = 4.0  # receiver: at most one CNP per flow per interval (Mellanox
+    #   min_time_between_cnps; paper N = 50)
+    rate_on_first_cnp: float = 1.0  # rate kept on the first CNP (ns-3 RateOnFirstCnp)
+
+    def __post_init__(self):
+        check_number("dcqcn.g", self.g, low=0, high=1, low_open=True)
+        for key in ("alpha_timer_us", "decrease_interval_us", "increase_timer_us"):
+            check_number(f"dcqcn.{key}", getattr(self, key), low=0, low_open=True)
+        check_number("dcqcn.byte_counter_bytes", self.byte_counter_bytes, low=1, integer=True)
+        check_number("dcqcn.fast_recovery_steps", self.fast_recovery_steps, low=0, integer=True)
+        for key in ("rate_ai_mbps", "rate_hai_mbps", "min_rate_mbps"):
+            check_number(f"dcqcn.{key}", getattr(self, key), low=0, low_open=True)
+        check_number("dcqcn.cnp_interval_us", self.cnp_interval_us, low=0)
+        check_number("dcqcn.rate_on_first_cnp", self.rate_on_first_cnp, low=0, high=1, low_open=True)
+
+
+@dataclass
+class DctcpConfig:
+    """dctcp.*: DCTCP (Alizadeh et al. 2010)."""
+
+    g: float = 1 / 16  # alpha gain (paper)
+    init_window_packets: float = 10.0  # initial window, in full packets (TCP IW10, RFC 6928)
+    min_window_packets: float = 1.0  # the window never shrinks below this
+
+    def __post_init__(self):
+        check_number("dctcp.g", self.g, low=0, high=1, low_open=True)
+        check_number("dctcp.init_window_packets", self.init_window_packets, low=0, low_open=True)
+        check_number("dctcp.min_window_packets", self.min_window_packets, low=0, low_open=True)
+        check_not_above(
+            "dctcp.min_window_packets", self.min_window_packets, "dctcp.init_window_packets", self.init_window_packets
+        )
+
+
+@dataclass
+class HpccConfig:
+    """hpcc.*: HPCC (Li et al. 2019)."""
+
+    eta: float = 0.95  # target utilisation (paper, ns-3 U_TARGET)
+    max_stage: int = 5  # additive steps before a multiplicative one (paper maxStage)
+    rate_ai_mbps: float = 40.0  # W_AI = rate_ai x T (ns-3 RATE_AI for HPCC = 10 Mb/s x 100/25)
+    min_rate_mbps: float = 1000.0  # lowest window = min_rate x T (ns-3 MIN_RATE)
+    base_rtt_us: Optional[float] = None  # T; None: the largest unloaded RTT of the experiment's
+    #   flows (ns-3 GLOBAL_T: one T for all flows)
+
+    def __post_init__(self):
+        check_number("hpcc.eta", self.eta, low=0, high=1, low_open=True)
+        check_number("hpcc.max_stage", self.max_stage, low=0, integer=True)
+        check_number("hpcc.rate_ai_mbps", self.rate_ai_mbps, low=0)
+        check_number("hpcc.min_rate_mbps", self.min_rate_mbps, low=0, low_open=True)
+        if self.base_rtt_us is not None:
+            check_number("hpcc.base_rtt_us", self.base_rtt_us, low=0, low_open=True)
+
+
+@dataclass
+class TimelyConfig:
+    """timely.*: TIMELY (Mittal et al. 2015)."""
+
+    alpha: float = 0.875  # EWMA weight of new RTT differences (ns-3 TimelyAlpha)
+    beta: float = 0.8  # multiplicative decrease (paper, ns-3)
+    t_low_us: float = 50.0  # (paper, ns-3)
+    t_high_us: float = 500.0  # (paper, ns-3)
+    min_rtt_us: float = 20.0  # normalises the gradient (paper, ns-3)
+    rate_ai_mbps: float = 100.0  # delta (ns-3 RATE_AI = 10 Mb/s x 100/10)
+    rate_hai_mbps: float = 500.0  # N x delta after hai_after increases (ns-3 RATE_HAI = 50 Mb/s x 100/10)
+    hai_after: int = 5  # consecutive increases before hyper-active increase (paper N = 5)
+    min_rate_mbps: float = 1000.0  # (ns-3 MIN_RATE)
+
+    def __post_init__(self):
+        check_number("timely.alpha", self.alpha, low=0, high=1, low_open=True)
+        check_number("timely.beta", self.beta, low=0, high=1, low_open=True)
+        for key in ("t_low_us", "t_high_us", "min_rtt_us", "rate_ai_mbps", "rate_hai_mbps", "min_rate_mbps"):
+            check_number(f"timely.{key}", getattr(self, key), low=0, low_open=True)
+        check_number("timely.hai_after", self.hai_after, low=0, integer=True)
+        if self.t_low_us >= self.t_high_us:
+            raise InputError(f"timely.t_low_us ({self.t_low_us}) must be below timely.t_high_us ({self.t_high_us})")
+
+
+def _default_priorities() -> Dict[str, int]:
+    return {"tp": 0, "pp": 0, "dp": 0, "ep": 0}
 
 
 @dataclass
 class WorkloadConfig:
-    kind: str = "permutation"  # permutation | incast | cm | llm | astra | simai | chakra | goal
+    """workload.*: the traffic. Flow workloads (permutation, incast, cm) or a training
+    iteration (llm and the importers), whose GPUs are hosts placed server by server."""
+
+    kind: WorkloadKind = WorkloadKind.permutation
     path: Optional[str] = None  # cm: .cm; astra/simai: layer file; chakra: .et prefix; goal: .goal
     routes: Optional[str] = None  # optional CSV of pinned routes (id,kind,path)
     flow_bytes: int = 2_000_000  # permutation / incast: bytes per flow
     senders: int = 8  # incast: hosts 1..senders send to host 0
     start_us: float = 0.0  # permutation / incast: start time of every flow
-    # Training iterations (llm and the importers): GPUs are hosts, placed server by server.
     model: Any = "gpt3-13b"  # llm: a name (gpt3-13b, gpt3-175b, llama-7b, llama-65b, mixtral-8x7b) or a dict
     tp: int = 4  # llm: tensor parallel (tp * pp * dp GPUs)
     pp: int = 2  # llm: pipeline stages (1F1B)
@@ -97,47 +311,65 @@ class WorkloadConfig:
     gpus: int = 16  # astra / simai / chakra / goal: GPUs to simulate (<= hosts)
     gpus_per_server: int = 1  # GPUs sharing a server (NVLink): traffic between them skips the network
     channels: int = 1  # NCCL channels (parallel rings per collective)
-    placement: str = "packed"  # packed | random | rail: servers onto host blocks
+    placement: Placement = Placement.packed  # servers onto host blocks
     compute_slowdown: float = 1.0  # compute that starts while its GPU communicates takes this x longer
     # Task workloads: priority class (0 highest .. 7) of the flows of each traffic category,
     # e.g. workload.priorities.dp=1 puts gradient sync behind TP/PP traffic. Other categories
     # of imported workloads (e.g. Chakra's "coll"): +workload.priorities.coll=1.
-    priorities: Dict[str, int] = field(default_factory=lambda: {"tp": 0, "pp": 0, "dp": 0, "ep": 0})
+    priorities: Dict[str, int] = field(default_factory=_default_priorities)
+
+    def __post_init__(self):
+        check_number("workload.flow_bytes", self.flow_bytes, low=1, integer=True)
+        check_number("workload.senders", self.senders, low=1, integer=True)
+        check_number("workload.start_us", self.start_us, low=0)
+        for key in ("tp", "pp", "dp", "ep", "microbatches", "micro_batch_size", "layers_per_chunk", "gpus"):
+            check_number(f"workload.{key}", getattr(self, key), low=1, integer=True)
+        check_number("workload.gpus_per_server", self.gpus_per_server, low=1, integer=True)
+        check_number("workload.channels", self.channels, low=1, integer=True)
+        if not (isinstance(self.compute_slowdown, (int, float)) and 0 < self.compute_slowdown < 100):
+            raise InputError(f"workload.compute_slowdown must be a number in (0, 100), 1 = off, got {self.compute_slowdown!r}")
+        for category, value in self.priorities.items():
+            if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_PRIORITIES):
+                raise InputError(
+                    f"workload.priorities.{category} must be a class 0..{MAX_PRIORITIES - 1} (0 highest), got {value!r}"
+                )
 
 
 @dataclass
 class SimConfig:
-    seed: int = 0  # permutation derangement and ECMP hashes
+    """sim.*: how the simulation runs."""
+
+    seed: int = 0  # permutation derangement, random placement and ECMP hashes
     packets_per_host: int = 256  # packet slots per host (in-flight capacity)
     steps_per_call: int = 64  # lookahead windows per compiled call
-    batching: str = "auto"  # auto | vmap | map (auto: map on a CPU, vmap on a GPU)
+    batching: Batching = Batching.auto
     devices: Any = 1  # local devices the experiment axis is sharded over: a count or "all"
     max_time_us: float = 1_000_000.0  # stop (and fail) an experiment that runs past this
     sample_interval_us: float = 5.0  # time-series period in µs; 0 = off
 
+    def __post_init__(self):
+        check_number("sim.seed", self.seed, low=0, integer=True)
+        check_number("sim.packets_per_host", self.packets_per_host, low=1, integer=True)
+        check_number("sim.steps_per_call", self.steps_per_call, low=1, integer=True)
+        if self.devices != "all":
+            check_number("sim.devices", self.devices, low=1, integer=True)
+        check_number("sim.max_time_us", self.max_time_us, low=0, low_open=True)
+        check_number("sim.sample_interval_us", self.sample_interval_us, low=0)
+
 
 @dataclass
 class HybridConfig:
-    # Granularity. "packet": every packet is simulated (the only mode so far; flow-level
-    # fast-forward of steady phases, DESIGN.md "hybrid granularity", will add modes here).
-    mode: str = "packet"
+    """hybrid.*: granularity (flow-level fast-forward of steady phases, DESIGN.md "hybrid
+    granularity", will add modes here)."""
+
+    mode: HybridMode = HybridMode.packet
 
 
 @dataclass
 class OutputConfig:
+    """output.*: what a run writes besides its tables."""
+
     plots: bool = True  # write fct_cdf.png (and timeseries.png, timeline.png)
-
-
-def _mutable(cls, name: str):
-    """A mutable copy of one of the frozen cc dataclasses (OmegaConf makes frozen ones read-only)."""
-    fields = [(f.name, f.type, field(default=f.default)) for f in dataclasses.fields(cls)]
-    return dataclasses.make_dataclass(name, fields)
-
-
-DcqcnSchema = _mutable(DcqcnConfig, "DcqcnSchema")
-DctcpSchema = _mutable(DctcpConfig, "DctcpSchema")
-HpccSchema = _mutable(HpccConfig, "HpccSchema")
-TimelySchema = _mutable(TimelyConfig, "TimelySchema")
 
 
 @dataclass
@@ -148,23 +380,16 @@ class Config:
     link: LinkConfig = field(default_factory=LinkConfig)
     packet: PacketConfig = field(default_factory=PacketConfig)
     switch: SwitchConfig = field(default_factory=SwitchConfig)
-    cc: str = "none"  # congestion control: none | dcqcn | dctcp | hpcc | timely
-    lb: str = "ecmp"  # load balancing: ecmp (per flow) | spray (per packet) | flowlet
-    dcqcn: DcqcnSchema = field(default_factory=DcqcnSchema)
-    dctcp: DctcpSchema = field(default_factory=DctcpSchema)
-    hpcc: HpccSchema = field(default_factory=HpccSchema)
-    timely: TimelySchema = field(default_factory=TimelySchema)
+    cc: CcKind = CcKind.none  # congestion control
+    lb: LbKind = LbKind.ecmp  # load balancing
+    dcqcn: DcqcnConfig = field(default_factory=DcqcnConfig)
+    dctcp: DctcpConfig = field(default_factory=DctcpConfig)
+    hpcc: HpccConfig = field(default_factory=HpccConfig)
+    timely: TimelyConfig = field(default_factory=TimelyConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     hybrid: HybridConfig = field(default_factory=HybridConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
-
-
-def defaults() -> dict:
-    """The default config as a plain nested dict."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(OmegaConf.structured(Config))
 
 
 ConfigStore.instance().store(name=SCHEMA_NAME, node=Config)

@@ -27,7 +27,8 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
-from multiverse_jax.batch import Experiment, build_batch, needed_static
+from multiverse_jax.batch import build_batch, needed_static
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.components.static import Static
 
 # Static fields that are entity counts (padded to buckets); the others (slots per host,

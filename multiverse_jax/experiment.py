@@ -1,0 +1,107 @@
+"""One design point, as the host describes it: a network, its traffic and the knobs of the
+fabric, as the typed config groups of ``conf/schema.py`` (the only place their keys,
+defaults and range checks are written).
+
+``config.experiment_from_config`` builds one from a Hydra config; the Python API builds
+one directly, e.g. ``Experiment(topo, flows, cc="hpcc", switch=SwitchConfig(buffer_bytes=500_000))``.
+``batch.build_batch`` turns a list of them into the arrays of one batched program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from multiverse_jax.conf.schema import (
+    MAX_PRIORITIES,
+    CcKind,
+    DcqcnConfig,
+    DctcpConfig,
+    HpccConfig,
+    LbKind,
+    PacketConfig,
+    SimConfig,
+    SwitchConfig,
+    TimelyConfig,
+    WorkloadConfig,
+)
+from multiverse_jax.errors import InputError
+from multiverse_jax.topology.graph import Topology
+from multiverse_jax.topology.routing import EcmpTable, ecmp_table
+from multiverse_jax.workload.flows import FlowSet, check_hosts
+from multiverse_jax.workload.routes import PinnedRoutes
+from multiverse_jax.workload.tasks import TaskGraph
+from multiverse_jax.workload.triggers import check_triggers
+
+
+def _choice(kind, key: str, value):
+    """``value`` as a member of the Enum ``kind`` (config key ``key``)."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise InputError(f"{key} must be one of {', '.join(m.value for m in kind)}, got {value!r}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """One design point: a network, its traffic and the knobs of the fabric."""
+
+    topology: Topology
+    flows: FlowSet  # a task experiment's flows are its graph's (``TaskGraph.flow_set()``)
+    routes: PinnedRoutes | None = None  # pinned paths (None: ECMP for every flow)
+    tasks: TaskGraph | None = None  # a task DAG in host ids (``workload/placement.py``), started by the scheduler
+    packet: PacketConfig = dataclasses.field(default_factory=PacketConfig)  # packet.*
+    switch: SwitchConfig = dataclasses.field(default_factory=SwitchConfig)  # switch.*: buffers, PFC, ECN, flowlets
+    cc: CcKind = CcKind.none  # cc
+    lb: LbKind = LbKind.ecmp  # lb
+    dcqcn: DcqcnConfig = dataclasses.field(default_factory=DcqcnConfig)  # dcqcn.*
+    dctcp: DctcpConfig = dataclasses.field(default_factory=DctcpConfig)  # dctcp.*
+    hpcc: HpccConfig = dataclasses.field(default_factory=HpccConfig)  # hpcc.*
+    timely: TimelyConfig = dataclasses.field(default_factory=TimelyConfig)  # timely.*
+    workload: WorkloadConfig = dataclasses.field(default_factory=WorkloadConfig)  # workload.compute_slowdown
+    sim: SimConfig = dataclasses.field(default_factory=SimConfig)  # sim.seed, max_time_us, sample_interval_us
+    ecmp: EcmpTable | None = None  # the routing of ``topology`` if already built (shared between experiments)
+
+    def __post_init__(self):
+        object.__setattr__(self, "cc", _choice(CcKind, "cc", self.cc))
+        object.__setattr__(self, "lb", _choice(LbKind, "lb", self.lb))
+
+    @functools.cached_property
+    def routing(self) -> EcmpTable:
+        """The ECMP routing table of ``topology``, built once per experiment (or ``ecmp`` if given)."""
+        return self.ecmp if self.ecmp is not None else ecmp_table(self.topology)
+
+    def validate(self) -> None:
+        """Check what the config groups cannot check alone: flows against the topology and the
+        task graph. An InputError names the file and line, or the key."""
+        flows = self.flows
+        if len(flows) and (flows.prio.min() < 0 or flows.prio.max() >= MAX_PRIORITIES):
+            bad = int(np.flatnonzero((flows.prio < 0) | (flows.prio >= MAX_PRIORITIES))[0])
+            raise InputError(
+                f"flow {int(flows.flow_id[bad])}: priority {int(flows.prio[bad])} is out of range "
+                f"(valid: 0 = highest .. {MAX_PRIORITIES - 1})",
+                source=flows.source,
+                line=int(flows.line[bad]) if flows.line is not None else None,
+            )
+        if len(flows) == 0 and self.tasks is None:
+            raise InputError("the workload has no flows", source=flows.source)
+        if self.tasks is not None:
+            self._validate_tasks()
+        check_hosts(flows, self.topology.n_hosts, self.routing.hops)
+        check_triggers(flows)
+
+    def _validate_tasks(self) -> None:
+        tasks, flows = self.tasks, self.flows
+        if len(flows) != tasks.flow_tasks.size or np.any(flows.flow_id != tasks.flow_tasks):
+            raise InputError(
+                "the flows of a task experiment must be its task graph's flows (use tasks.flow_set())",
+                source=tasks.source,
+            )
+        if tasks.n_gpus > self.topology.n_hosts:
+            raise InputError(
+                f"the task graph runs on {tasks.n_gpus} GPUs but topology {self.topology.name} has only "
+                f"{self.topology.n_hosts} hosts (place the graph on the hosts, or choose a larger topology)",
+                source=tasks.source,
+            )
