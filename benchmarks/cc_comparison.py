@@ -51,7 +51,9 @@ import numpy as np
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
 from machine import machine_info
 from multiverse_jax import engine
-from multiverse_jax.batch import CC_KINDS, LB_KINDS, Experiment, build_batch
+from multiverse_jax.batch import build_batch
+from multiverse_jax.conf.schema import CcKind, LbKind, SimConfig
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.components.experiment import ERROR_POOL_FULL
 from multiverse_jax.config import derangement
 from multiverse_jax.simulate import error_message, simulate
@@ -60,8 +62,8 @@ from multiverse_jax.workload.flows import make_flows
 
 RATE_GBPS = 100.0
 DELAY_US = 1.0
-CCS = tuple(CC_KINDS)  # none, dcqcn, dctcp, hpcc, timely
-LBS = tuple(LB_KINDS)  # ecmp, spray, flowlet
+CCS = tuple(kind.value for kind in CcKind)  # none, dcqcn, dctcp, hpcc, timely
+LBS = tuple(kind.value for kind in LbKind)  # ecmp, spray, flowlet
 WORKLOADS = ("incast", "permutation")
 KB = 1000.0  # queues in KB (10^3 bytes), as the library's plots
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "cc_comparison.json"
@@ -125,8 +127,7 @@ def make_experiments(args) -> tuple[list[Experiment], list[dict]]:
                         flows=flows[workload],
                         cc=cc,
                         lb=lb,
-                        sample_interval_us=args.sample_us,
-                        seed=args.seed,
+                        sim=SimConfig(sample_interval_us=args.sample_us, seed=args.seed),
                         ecmp=table,
                     )
                 )

@@ -2,7 +2,7 @@
 
 For each fat-tree size k (100 Gb/s, 1 µs links) and each batch size E, E experiments of
 permutation traffic (every host sends ``--flow-bytes`` to a distinct other host, a random
-derangement; experiment e uses seed e for the derangement and for ``Experiment(seed=e)``)
+derangement; experiment e uses seed e for the derangement and for ``SimConfig(seed=e)``)
 are built into one batch and run with ``engine.run``. Measured per (k, E):
 
 * compile: wall time of the first ``engine.advance`` call (trace + lower + XLA compile +
@@ -43,7 +43,9 @@ import numpy as np
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
 from machine import machine_info
 from multiverse_jax import engine
-from multiverse_jax.batch import Experiment, build_batch
+from multiverse_jax.batch import build_batch
+from multiverse_jax.conf.schema import SimConfig
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.components.experiment import ERROR_POOL_FULL
 from multiverse_jax.simulate import error_message, results
 from multiverse_jax.topology import ecmp_table, fattree
@@ -134,7 +136,7 @@ def make_experiments(k: int, n: int, flow_bytes: int) -> list[Experiment]:
     table = ecmp_table(topo)  # shared: every experiment of one k has the same network
     hosts = np.arange(topo.n_hosts)
     return [
-        Experiment(topology=topo, flows=make_flows(hosts, derangement(topo.n_hosts, e), flow_bytes, 0), seed=e, ecmp=table)
+        Experiment(topology=topo, flows=make_flows(hosts, derangement(topo.n_hosts, e), flow_bytes, 0), sim=SimConfig(seed=e, sample_interval_us=0), ecmp=table)
         for e in range(n)
     ]
 

@@ -23,7 +23,9 @@ import numpy as np
 
 import multiverse_jax
 from multiverse_jax import engine
-from multiverse_jax.batch import Experiment, build_batch
+from multiverse_jax.batch import build_batch
+from multiverse_jax.conf.schema import SimConfig
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.config import derangement
 from multiverse_jax.systems.ack import ack
 from multiverse_jax.systems.clock import clock
@@ -91,7 +93,7 @@ def main() -> None:
     topology = fattree(args.k, 100.0, 1.0)
     n = topology.n_hosts
     experiments = [
-        Experiment(topology, make_flows(np.arange(n), derangement(n, e), args.flow_bytes, 0), seed=e)
+        Experiment(topology, make_flows(np.arange(n), derangement(n, e), args.flow_bytes, 0), sim=SimConfig(seed=e, sample_interval_us=0))
         for e in range(args.experiments)
     ]
     batch = build_batch(experiments, slots_per_host=args.slots_per_host)
