@@ -39,7 +39,7 @@ from multiverse_jax.components.samples import SampleState
 from multiverse_jax.components.static import Static
 from multiverse_jax.components.tasks import TaskParams, TaskState
 from multiverse_jax.errors import InputError
-from multiverse_jax.systems.common import mix32
+from multiverse_jax.ops.hashing import mix32
 from multiverse_jax.topology.graph import PS_PER_US, Topology
 from multiverse_jax.topology.routing import EcmpTable, ecmp_table
 from multiverse_jax.workload.flows import FlowSet, check_hosts

@@ -11,7 +11,7 @@ from multiverse_jax import engine
 from multiverse_jax.batch import Experiment, build_batch
 from multiverse_jax.cc.config import DcqcnConfig, EcnConfig, HpccConfig, TimelyConfig
 from multiverse_jax.simulate import simulate
-from multiverse_jax.systems.marking import red_probability
+from multiverse_jax.ops.marking import red_probability
 from multiverse_jax.topology import fattree
 from multiverse_jax.topology.graph import from_cables
 from multiverse_jax.workload.flows import make_flows

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
-from multiverse_jax.systems.common import mix32
+from multiverse_jax.ops.hashing import mix32
 
 ACK_SALT = 0x5BD1E995  # ACKs hash independently of their data packets
 

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import CC_DCQCN, Params, State
-from multiverse_jax.systems.common import count_by, fifo_head, latest_by
+from multiverse_jax.ops.segments import count_by, fifo_head, latest_by
 
 
 def receive(params: Params, state: State, window_end_ps) -> State:

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
-from multiverse_jax.systems.common import count_by
+from multiverse_jax.ops.segments import count_by
 
 
 def sample(params: Params, state: State, window_end_ps) -> State:

@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
-from multiverse_jax.systems import marking, nic_send, pfc
-from multiverse_jax.systems.common import count_by, fifo_head, serialization_ps
+from multiverse_jax.ops import marking, nic, pfc
+from multiverse_jax.ops.packets import serialization_ps
+from multiverse_jax.ops.segments import count_by, fifo_head
 
 
 def _serve_once(params: Params, state: State, window_end_ps):
@@ -36,7 +37,7 @@ def _serve_once(params: Params, state: State, window_end_ps):
     head_ps, head_slot = head_ps.reshape(n_ports, n_classes), head_slot.reshape(n_ports, n_classes)
 
     # At a NIC, each data class is offered by the NIC's flows of that priority.
-    offer = nic_send.offer(params, state, window_start_ps, n_data_classes)  # (H, C)
+    offer = nic.offer(params, state, window_start_ps, n_data_classes)  # (H, C)
     host = jnp.maximum(params.ports.port_host, 0)
     is_nic = params.ports.port_host >= 0
     data_ps = jnp.where(is_nic[:, None], offer.ready_ps[host], head_ps[:, 1:])
@@ -110,10 +111,10 @@ def _serve_once(params: Params, state: State, window_end_ps):
         | jnp.where(jnp.any(overflow), ERROR_BUFFER_OVERFLOW, 0),
         n_packet_hops=state.n_packet_hops + jnp.sum(sends),
     )
-    nic = params.nics.nic_port
-    host_creates = creates[nic] & (params.ports.port_host[nic] == jnp.arange(nic.shape[0]))
-    host_offer = nic_send.of_class(offer, data_class[nic])
-    state = nic_send.emit(params, state, host_offer, host_creates, start[nic], ser_ps[nic], arrival_ps[nic])
+    nic_port = params.nics.nic_port
+    host_creates = creates[nic_port] & (params.ports.port_host[nic_port] == jnp.arange(nic_port.shape[0]))
+    host_offer = nic.of_class(offer, data_class[nic_port])
+    state = nic.emit(params, state, host_offer, host_creates, start[nic_port], ser_ps[nic_port], arrival_ps[nic_port])
     return state, jnp.any(sends)
 
 

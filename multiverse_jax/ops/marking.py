@@ -3,7 +3,7 @@ switch port.
 
 Both happen when the packet is dequeued, as in the HPCC ns-3 code (``SwitchNotifyDequeue``),
 from the queue the packet leaves behind: the port's exact queue at that instant
-(``transmit.py`` computes it). NIC egress ports neither mark nor record.
+(``systems/transmit.py`` computes it). NIC egress ports neither mark nor record.
 
 RED: mark with probability 0 below Kmin, Pmax (q - Kmin) / (Kmax - Kmin) between, 1 above
 Kmax (Kmin = Kmax gives DCTCP's step marking at K). The coin is a hash of the packet's
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params
 from multiverse_jax.components.packets import PacketState
-from multiverse_jax.systems.common import mix32
+from multiverse_jax.ops.hashing import mix32
 
 
 def red_probability(queue_bytes, kmin_bytes, kmax_bytes, pmax):

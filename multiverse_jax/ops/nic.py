@@ -1,4 +1,5 @@
-"""NIC send: each host's NIC offers the next packet of one of its flows to its egress port.
+"""NIC send: each host's NIC offers the next packet of one of its flows to its egress port
+(``systems/transmit.py`` decides which offer its port starts; ``emit`` creates the packet).
 
 Load balancing is decided here, at the source: each packet carries a path salt that the
 switches mix into their ECMP hash (0 for per-flow ECMP, the packet's sequence number for
@@ -6,7 +7,7 @@ spraying, the flow's flowlet number for flowlet switching).
 
 The NIC serves its ready flows round-robin in effect: it picks the flow that has been
 ready the longest (earliest ready time, then lowest index); after sending, a flow is next
-ready when congestion control says (``cc.next_send_ps``). A data packet is created only
+ready when congestion control says (``ops.cc.next_send_ps``). A data packet is created only
 when the port puts it on the wire, in a free slot of its host's share of the pool.
 """
 
@@ -17,8 +18,8 @@ import dataclasses
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, NEVER, Params, State
-from multiverse_jax.systems import cc
-from multiverse_jax.systems.common import fifo_head
+from multiverse_jax.ops import cc
+from multiverse_jax.ops.segments import fifo_head
 
 
 @dataclasses.dataclass(frozen=True)
