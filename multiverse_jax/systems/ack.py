@@ -14,7 +14,7 @@ from multiverse_jax.ops.segments import count_by, latest_by
 def ack(params: Params, state: State, window_end_ps) -> State:
     with jax.named_scope("ack"):
         pkts, flows = state.packets, state.flows
-        n_flows = flows.flow_acked_packets.shape[0]
+        n_flows = params.static.n_flows
         acked_now = arriving_acks(params, state, window_end_ps)
         acked = flows.flow_acked_packets + count_by(acked_now, pkts.pkt_flow, n_flows)
         finishes = (acked == params.flows.flow_n_packets) & (flows.flow_acked_packets < acked)

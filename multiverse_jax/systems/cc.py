@@ -93,8 +93,8 @@ def _retime(state: State, old_rate, new_rate, event_ps, wire_bytes):
 
 def congestion_control(params: Params, state: State, window_end_ps) -> State:
     with jax.named_scope("cc"):
-        pkts, flows, fp = state.packets, state.flows, params.flows
-        n_flows, n_slots = fp.flow_src.shape[0], pkts.pkt_valid.shape[0]
+        pkts, flows = state.packets, state.flows
+        n_flows, n_slots = params.static.n_flows, params.static.n_slots
         window_start_ps = window_end_ps - params.window_ps
         acks_here = arriving_acks(params, state, window_end_ps) & (params.cc_kind != CC_NONE)
         line_rate = line_rate_bps(params)

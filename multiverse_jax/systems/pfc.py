@@ -22,7 +22,7 @@ from multiverse_jax.ops.segments import count_by
 def pfc(params: Params, state: State, window_end_ps) -> State:
     with jax.named_scope("pfc"):
         pkts, links = state.packets, state.links
-        n_ports = params.links.link_delay_ps.shape[0]
+        n_ports = params.static.n_ports
         held = pkts.pkt_valid & ~pkts.pkt_in_flight & ~pkts.pkt_is_ack & (pkts.pkt_ingress >= 0)
         ingress_bytes = count_by(held, pkts.pkt_ingress, n_ports, pkts.pkt_bytes.astype(jnp.int64))
         before = links.pfc_paused[:, -1]
