@@ -40,7 +40,7 @@ from multiverse_jax.components.static import Static
 from multiverse_jax.components.tasks import TaskParams, TaskState
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
-from multiverse_jax.systems.common import mix32
+from multiverse_jax.ops.hashing import mix32
 from multiverse_jax.topology.graph import PS_PER_US, Topology
 from multiverse_jax.topology.routing import EcmpTable
 from multiverse_jax.workload.routes import PinnedRoutes
@@ -280,7 +280,6 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
     ports = PortParams(
         port_buffer_bytes=_pad(np.where(port_host >= 0, UNLIMITED_BYTES, exp.switch.buffer_bytes).astype(np.int64), (s.n_ports,), UNLIMITED_BYTES),
         port_host=_pad(port_host, (s.n_ports,), -1),
-        port_data_classes=np.arange(s.n_data_classes, dtype=np.int32),
     )
     nodes = NodeParams(
         node_is_host=_pad(np.arange(topo.n_nodes) < topo.n_hosts, (s.n_nodes,), False),
@@ -316,6 +315,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
     cc_params = _cc_params(exp, derived.ecmp)
     task_params, task_state = _task_arrays(graph, s, exp.workload.compute_slowdown)
     params = Params(
+        static=s,
         links=links,
         ports=ports,
         nodes=nodes,

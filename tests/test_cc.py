@@ -12,7 +12,7 @@ from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import DcqcnConfig, HpccConfig, SimConfig, SwitchConfig, TimelyConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.simulate import simulate
-from multiverse_jax.systems.marking import red_probability
+from multiverse_jax.ops.marking import red_probability
 from multiverse_jax.topology import fattree
 from multiverse_jax.topology.graph import from_cables
 from multiverse_jax.workload.flows import make_flows

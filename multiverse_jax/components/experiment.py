@@ -1,5 +1,6 @@
 """The two objects that go through the step: ``Params`` (what an experiment is) and
-``State`` (what changes). Unbatched shapes are documented; a batch adds a leading E axis.
+``State`` (what changes). Unbatched shapes are documented; a batch adds a leading E axis
+to every array leaf (``Params.static`` is not a leaf: one value for the whole batch).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from multiverse_jax.components.nodes import NicParams, NodeParams
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.components.ports import PortParams, PortState
 from multiverse_jax.components.samples import SampleState
+from multiverse_jax.components.static import Static
 from multiverse_jax.components.tasks import TaskParams, TaskState
 
 NEVER = jnp.iinfo(jnp.int64).max  # a time that never comes
@@ -46,6 +48,7 @@ LB_FLOWLET = 2  # per flowlet: a new path when the flow pauses longer than the f
 
 @struct.dataclass
 class Params:
+    static: Static = struct.field(pytree_node=False)  # the shapes: compile-time, shared by the batch
     links: LinkParams
     ports: PortParams
     nodes: NodeParams

@@ -15,7 +15,6 @@ from flax import struct
 class PortParams:
     port_buffer_bytes: chex.Array  # (P,) int64 egress buffer; exceeding it is an error, never a drop
     port_host: chex.Array  # (P,) int32 host whose NIC this port is, or -1 for a switch port
-    port_data_classes: chex.Array  # (C,) int32 0..C-1: the strict-priority data classes (its length is C)
 
 
 @struct.dataclass

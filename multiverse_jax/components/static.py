@@ -1,4 +1,6 @@
-"""Everything that sets an array shape: a hashable, static argument of the compiled step."""
+"""Everything that sets an array shape: ``Params.static``, a compile-time field (aux data of
+the ``Params`` pytree, not a leaf), so it is part of the jit cache key as the shapes are.
+Systems read sizes from it (``params.static.n_ports``), never from an unrelated array."""
 
 from __future__ import annotations
 

@@ -7,26 +7,14 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
-from multiverse_jax.systems.common import count_by, latest_by
-
-
-def arriving_acks(params: Params, state: State, window_end_ps):
-    """(S_total,) bool: ACKs reaching their sender (a host) before the window ends."""
-    pkts = state.packets
-    node = params.links.link_dst_node[pkts.pkt_port]
-    return (
-        pkts.pkt_valid
-        & pkts.pkt_in_flight
-        & pkts.pkt_is_ack
-        & (pkts.pkt_time_ps < window_end_ps)
-        & params.nodes.node_is_host[node]
-    )
+from multiverse_jax.ops.packets import arriving_acks
+from multiverse_jax.ops.segments import count_by, latest_by
 
 
 def ack(params: Params, state: State, window_end_ps) -> State:
     with jax.named_scope("ack"):
         pkts, flows = state.packets, state.flows
-        n_flows = flows.flow_acked_packets.shape[0]
+        n_flows = params.static.n_flows
         acked_now = arriving_acks(params, state, window_end_ps)
         acked = flows.flow_acked_packets + count_by(acked_now, pkts.pkt_flow, n_flows)
         finishes = (acked == params.flows.flow_n_packets) & (flows.flow_acked_packets < acked)

@@ -12,11 +12,11 @@ Their effects start at their own times, never earlier:
   inter-packet gaps (as ns-3's ``ChangeRate``), but never before the event; a packet
   already due before the event keeps its time;
 * window (DCTCP, HPCC): the flow may have sent ``acked + window`` bytes from the ACK's
-  arrival on (``CcState.gate_*``, ``gate_ps`` below). A cut is applied from the
+  arrival on (``CcState.gate_*``, read by ``ops.cc.gate_ps``). A cut is applied from the
   window's start if the window had more than ``GATE_ENTRIES - 1`` ACKs of that flow
   (conservative: less sending, up to one window early).
 
-The NIC (``nic_send.py``) asks ``gate_ps`` and ``next_send_ps`` when a flow may send.
+The NIC (``ops/nic.py``) asks ``ops.cc.gate_ps`` and ``ops.cc.next_send_ps`` when a flow may send.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ import jax.numpy as jnp
 from multiverse_jax.cc import dcqcn, dctcp, hpcc, timely
 from multiverse_jax.cc.events import AckEvent
 from multiverse_jax.components.cc import GATE_ENTRIES, CcState
-from multiverse_jax.components.experiment import CC_DCQCN, CC_DCTCP, CC_HPCC, CC_NONE, NEVER, Params, State
-from multiverse_jax.systems.ack import arriving_acks
-from multiverse_jax.systems.common import PS_BITS_PER_BYTE, fifo_head
+from multiverse_jax.components.experiment import CC_DCTCP, CC_HPCC, CC_NONE, NEVER, Params, State
+from multiverse_jax.ops.cc import pacing_gap_ps, timers_active
+from multiverse_jax.ops.packets import arriving_acks
+from multiverse_jax.ops.segments import fifo_head
 
 NO_LIMIT = jnp.inf  # the allowance of a flow without a window
 
@@ -47,57 +48,6 @@ def allowance_bytes(params: Params, cc: CcState, acked_packets):
     """(F,) bytes a flow may have sent: acknowledged bytes + window (inf without a window)."""
     acked = acked_packets.astype(jnp.float64) * params.payload_bytes
     return jnp.where(window_based(params), acked + cc.window_bytes, NO_LIMIT)
-
-
-def gate_ps(params: Params, state: State):
-    """(F,) earliest time the window lets each flow send its next packet (NEVER: not in this window)."""
-    cc = state.cc
-    sent_bytes = state.flows.flow_sent_packets.astype(jnp.float64) * params.payload_bytes
-    open_ = cc.gate_allow_bytes > sent_bytes[:, None]
-    return jnp.min(jnp.where(open_, cc.gate_ps, NEVER), axis=-1)
-
-
-def pacing_gap_ps(rate_bps, wire_bytes):
-    """Gap between packet starts at ``rate_bps``: wire * 8 / rate, in ps, rounded up."""
-    return jnp.ceil(wire_bytes * (PS_BITS_PER_BYTE / jnp.maximum(rate_bps, 1.0))).astype(jnp.int64)
-
-
-def next_send_ps(params: Params, cc: CcState, flow, start_ps, serialization_ps, wire_bytes):
-    """When a flow that started a packet at ``start_ps`` may start the next (arrays over flows).
-
-    CC_NONE: back to back at line rate. Otherwise paced at the flow's rate (never faster
-    than the line).
-    """
-    paced = pacing_gap_ps(cc.rate_bps[flow], wire_bytes)
-    gap = jnp.where(params.cc_kind == CC_NONE, serialization_ps, jnp.maximum(serialization_ps, paced))
-    return start_ps + gap
-
-
-def on_send(params: Params, cc: CcState, sent, wire_bytes, start_ps) -> CcState:
-    """Per-flow bookkeeping of sent packets (DCQCN's byte counter). Arrays (F,)."""
-    counted = dcqcn.on_send(params.cc, cc, sent, wire_bytes, start_ps)
-    is_dcqcn = params.cc_kind == CC_DCQCN
-    return cc.replace(
-        bytes_counted=jnp.where(is_dcqcn, counted.bytes_counted, cc.bytes_counted),
-        byte_event_ps=jnp.where(is_dcqcn, counted.byte_event_ps, cc.byte_event_ps),
-    )
-
-
-def timers_active(params: Params, state: State):
-    """(F,) flows whose timers run: DCQCN flows that started and have not finished."""
-    flows = state.flows
-    return (
-        (params.cc_kind == CC_DCQCN)
-        & params.flows.flow_valid
-        & (flows.flow_begin_ps != NEVER)
-        & (flows.flow_finish_ps == NEVER)
-    )
-
-
-def next_timer_ps(params: Params, state: State):
-    """() the next timer event of the experiment (NEVER if none): an event for the clock."""
-    t, _ = dcqcn.next_timer(state.cc)
-    return jnp.min(jnp.where(timers_active(params, state), t, NEVER))
 
 
 def _ack_event(params: Params, state: State, slot, acked_packets, line_rate):
@@ -143,8 +93,8 @@ def _retime(state: State, old_rate, new_rate, event_ps, wire_bytes):
 
 def congestion_control(params: Params, state: State, window_end_ps) -> State:
     with jax.named_scope("cc"):
-        pkts, flows, fp = state.packets, state.flows, params.flows
-        n_flows, n_slots = fp.flow_src.shape[0], pkts.pkt_valid.shape[0]
+        pkts, flows = state.packets, state.flows
+        n_flows, n_slots = params.static.n_flows, params.static.n_slots
         window_start_ps = window_end_ps - params.window_ps
         acks_here = arriving_acks(params, state, window_end_ps) & (params.cc_kind != CC_NONE)
         line_rate = line_rate_bps(params)

@@ -11,8 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, NEVER, Params, State
-from multiverse_jax.systems import cc, nic_send
-from multiverse_jax.systems.schedule import last_finish_ps
+from multiverse_jax.ops import cc, nic
 
 
 def clock(params: Params, state: State, window_end_ps) -> State:
@@ -20,7 +19,7 @@ def clock(params: Params, state: State, window_end_ps) -> State:
         pkts = state.packets
         next_arrival = jnp.min(jnp.where(pkts.pkt_valid & pkts.pkt_in_flight, pkts.pkt_time_ps, NEVER))
         anything_queued = jnp.any(pkts.pkt_valid & ~pkts.pkt_in_flight)
-        sendable, ready_ps = nic_send.sendable_and_ready(params, state)
+        sendable, ready_ps = nic.sendable_and_ready(params, state)
         next_send = jnp.min(jnp.where(sendable, ready_ps, NEVER))
         next_event = jnp.minimum(jnp.minimum(next_arrival, next_send), jnp.where(anything_queued, window_end_ps, NEVER))
         next_event = jnp.minimum(next_event, cc.next_timer_ps(params, state))
@@ -37,3 +36,9 @@ def clock(params: Params, state: State, window_end_ps) -> State:
             n_windows=state.n_windows + jnp.where(state.done, 0, 1),
             error=state.error | jnp.where(stalled, ERROR_STALLED, 0) | jnp.where(over_time, ERROR_TIME_LIMIT, 0),
         )
+
+
+def last_finish_ps(params: Params, state: State):
+    """() the latest known task finish (0 without tasks)."""
+    finish = state.tasks.task_finish_ps
+    return jnp.max(jnp.where(params.tasks.task_valid & (finish != NEVER), finish, 0))

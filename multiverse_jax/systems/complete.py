@@ -25,7 +25,7 @@ def complete(params: Params, state: State) -> State:
         )
         activated_ps = jnp.sort(jnp.where(fp.trigger_activator >= 0, activated_ps, NEVER), axis=-1)  # (T, A)
         trigger = jnp.maximum(fp.flow_trigger, 0)
-        rank = jnp.clip(fp.flow_trigger_rank - 1, 0, activated_ps.shape[1] - 1)
+        rank = jnp.clip(fp.flow_trigger_rank - 1, 0, params.static.n_activators - 1)
         fired_ps = activated_ps[trigger, rank]
         begin = jnp.where(fp.flow_trigger >= 0, jnp.minimum(flows.flow_begin_ps, fired_ps), flows.flow_begin_ps)
         done = jnp.all(~fp.flow_valid | (flows.flow_finish_ps != NEVER))

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
-from multiverse_jax.systems.common import mix32
+from multiverse_jax.ops.hashing import mix32
 
 ACK_SALT = 0x5BD1E995  # ACKs hash independently of their data packets
 
@@ -26,7 +26,7 @@ def route(params: Params, node, dst_host, flow, is_ack, hop, path_salt):
     salt 0 a flow keeps one path (per-flow ECMP); spraying and flowlets vary the salt.
     """
     flows, nodes = params.flows, params.nodes
-    pinned_len = flows.flow_pinned_data.shape[1]
+    pinned_len = params.static.pinned_len
     hop_c = jnp.minimum(hop, pinned_len - 1)
     pinned = jnp.where(is_ack, flows.flow_pinned_ack[flow, hop_c], flows.flow_pinned_data[flow, hop_c])
     pinned = jnp.where(hop < pinned_len, pinned, -1)

@@ -14,14 +14,13 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import CC_DCQCN, Params, State
-from multiverse_jax.systems.common import count_by, fifo_head, latest_by
+from multiverse_jax.ops.segments import count_by, fifo_head, latest_by
 
 
 def receive(params: Params, state: State, window_end_ps) -> State:
     with jax.named_scope("receive"):
         pkts, flows = state.packets, state.flows
-        n_hosts = params.nics.nic_port.shape[0]
-        n_flows = flows.flow_rx_packets.shape[0]
+        n_hosts, n_flows, n_slots = params.static.n_hosts, params.static.n_flows, params.static.n_slots
         node = params.links.link_dst_node[pkts.pkt_port]
         delivered = (
             pkts.pkt_valid
@@ -39,7 +38,6 @@ def receive(params: Params, state: State, window_end_ps) -> State:
         last_arrival = latest_by(delivered, pkts.pkt_flow, n_flows, pkts.pkt_time_ps)
         receiver_nic = params.nics.nic_port[jnp.minimum(node, n_hosts - 1)]
         window_start_ps = window_end_ps - params.window_ps
-        n_slots = pkts.pkt_valid.shape[0]
         marked_ps, marked_slot = fifo_head(delivered & pkts.pkt_ecn, pkts.pkt_time_ps, pkts.pkt_flow, n_flows, window_start_ps)
         cc = state.cc
         cnp_due = (

@@ -11,18 +11,18 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
-from multiverse_jax.systems.common import count_by
+from multiverse_jax.ops.segments import count_by
 
 
 def sample(params: Params, state: State, window_end_ps) -> State:
     with jax.named_scope("sample"):
         smp = state.samples
         due = window_end_ps >= smp.next_sample_ps
-        n_ring = smp.sample_time_ps.shape[0]
+        n_ring = params.static.n_samples
         # Not due: write to an index past the ring (dropped), so nothing changes.
         at = jnp.where(due, smp.sample_count % n_ring, n_ring)
         pkts = state.packets
-        n_ports = params.links.link_delay_ps.shape[0]
+        n_ports = params.static.n_ports
         queued = pkts.pkt_valid & ~pkts.pkt_in_flight
         queue_bytes = count_by(queued, pkts.pkt_port, n_ports, pkts.pkt_bytes.astype(jnp.int64))
         interval = params.sample_interval_ps

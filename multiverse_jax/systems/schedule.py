@@ -87,8 +87,3 @@ def communicating(tp, start, finish, at_ps):
     n_finished = jnp.searchsorted(finish_keys, query, side="right") - jnp.searchsorted(finish_keys, gpu, side="left")
     return (at_ps != NEVER) & (n_started > n_finished)
 
-
-def last_finish_ps(params: Params, state: State):
-    """() the latest known task finish (0 without tasks)."""
-    finish = state.tasks.task_finish_ps
-    return jnp.max(jnp.where(params.tasks.task_valid & (finish != NEVER), finish, 0))

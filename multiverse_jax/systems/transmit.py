@@ -17,18 +17,19 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
-from multiverse_jax.systems import marking, nic_send, pfc
-from multiverse_jax.systems.common import count_by, fifo_head, serialization_ps
+from multiverse_jax.ops import marking, nic, pfc
+from multiverse_jax.ops.packets import serialization_ps
+from multiverse_jax.ops.segments import count_by, fifo_head
 
 
 def _serve_once(params: Params, state: State, window_end_ps):
     pkts, ports = state.packets, state.ports
-    n_ports, n_slots = params.links.link_delay_ps.shape[0], pkts.pkt_valid.shape[0]
+    n_ports, n_slots = params.static.n_ports, params.static.n_slots
     window_start_ps = window_end_ps - params.window_ps
     queued = pkts.pkt_valid & ~pkts.pkt_in_flight
     # Heads of every class queue of every port in one pass: queue (1 + C) p + k is port
     # p's class k: 0 control, 1 + priority for data.
-    n_data_classes = params.ports.port_data_classes.shape[0]
+    n_data_classes = params.static.n_data_classes
     n_classes = 1 + n_data_classes
     klass = jnp.where(pkts.pkt_is_ack, 0, 1 + params.flows.flow_priority[pkts.pkt_flow])
     queue = n_classes * pkts.pkt_port + klass
@@ -36,7 +37,7 @@ def _serve_once(params: Params, state: State, window_end_ps):
     head_ps, head_slot = head_ps.reshape(n_ports, n_classes), head_slot.reshape(n_ports, n_classes)
 
     # At a NIC, each data class is offered by the NIC's flows of that priority.
-    offer = nic_send.offer(params, state, window_start_ps, n_data_classes)  # (H, C)
+    offer = nic.offer(params, state, window_start_ps)  # (H, C)
     host = jnp.maximum(params.ports.port_host, 0)
     is_nic = params.ports.port_host >= 0
     data_ps = jnp.where(is_nic[:, None], offer.ready_ps[host], head_ps[:, 1:])
@@ -87,6 +88,7 @@ def _serve_once(params: Params, state: State, window_end_ps):
     left_behind = queue_bytes - wire_bytes
     marked = at_switch & marking.ecn_mark(params, left_behind, pkts, slot)
     packets = marking.record_telemetry(
+        params,
         pkts.replace(
             pkt_in_flight=pkts.pkt_in_flight.at[leaving].set(True, mode="drop"),
             pkt_time_ps=pkts.pkt_time_ps.at[leaving].set(arrival_ps, mode="drop"),
@@ -110,10 +112,10 @@ def _serve_once(params: Params, state: State, window_end_ps):
         | jnp.where(jnp.any(overflow), ERROR_BUFFER_OVERFLOW, 0),
         n_packet_hops=state.n_packet_hops + jnp.sum(sends),
     )
-    nic = params.nics.nic_port
-    host_creates = creates[nic] & (params.ports.port_host[nic] == jnp.arange(nic.shape[0]))
-    host_offer = nic_send.of_class(offer, data_class[nic])
-    state = nic_send.emit(params, state, host_offer, host_creates, start[nic], ser_ps[nic], arrival_ps[nic])
+    nic_port = params.nics.nic_port
+    host_creates = creates[nic_port] & (params.ports.port_host[nic_port] == jnp.arange(params.static.n_hosts))
+    host_offer = nic.of_class(offer, data_class[nic_port])
+    state = nic.emit(params, state, host_offer, host_creates, start[nic_port], ser_ps[nic_port], arrival_ps[nic_port])
     return state, jnp.any(sends)
 
 
@@ -126,7 +128,7 @@ def transmit(params: Params, state: State, window_end_ps) -> State:
         )
         # The queue at the window's end closes the exact maximum (see _serve_once).
         pkts, ports = state.packets, state.ports
-        n_ports = params.links.link_delay_ps.shape[0]
+        n_ports = params.static.n_ports
         queued = pkts.pkt_valid & ~pkts.pkt_in_flight
         queue_bytes = count_by(queued, pkts.pkt_port, n_ports, pkts.pkt_bytes.astype(jnp.int64))
         overflow = jnp.any(queue_bytes > params.ports.port_buffer_bytes)

@@ -3,7 +3,7 @@ switch port.
 
 Both happen when the packet is dequeued, as in the HPCC ns-3 code (``SwitchNotifyDequeue``),
 from the queue the packet leaves behind: the port's exact queue at that instant
-(``transmit.py`` computes it). NIC egress ports neither mark nor record.
+(``systems/transmit.py`` computes it). NIC egress ports neither mark nor record.
 
 RED: mark with probability 0 below Kmin, Pmax (q - Kmin) / (Kmax - Kmin) between, 1 above
 Kmax (Kmin = Kmax gives DCTCP's step marking at K). The coin is a hash of the packet's
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params
 from multiverse_jax.components.packets import PacketState
-from multiverse_jax.systems.common import mix32
+from multiverse_jax.ops.hashing import mix32
 
 
 def red_probability(queue_bytes, kmin_bytes, kmax_bytes, pmax):
@@ -30,25 +30,24 @@ def red_probability(queue_bytes, kmin_bytes, kmax_bytes, pmax):
 def ecn_mark(params: Params, queue_bytes, pkts: PacketState, slot):
     """(P,) whether the packet in ``slot`` (per port) gets a CE mark at queue ``queue_bytes``."""
     cp = params.cc
-    n_slots = pkts.pkt_valid.shape[0]
-    s = jnp.minimum(slot, n_slots - 1)
+    s = jnp.minimum(slot, params.static.n_slots - 1)
     flow = pkts.pkt_flow[s]
     key = mix32(params.flows.flow_hash[flow] ^ mix32(pkts.pkt_seq[s].astype(jnp.uint32) * jnp.uint32(64) + pkts.pkt_hop[s].astype(jnp.uint32)))
     coin = key.astype(jnp.float64) / 4294967296.0  # uniform in [0, 1)
     return coin < red_probability(queue_bytes, cp.ecn_kmin_bytes, cp.ecn_kmax_bytes, cp.ecn_pmax)
 
 
-def record_telemetry(pkts: PacketState, record, slot, start_ps, tx_bytes, queue_bytes) -> PacketState:
+def record_telemetry(params: Params, pkts: PacketState, record, slot, start_ps, tx_bytes, queue_bytes) -> PacketState:
     """Write one INT entry for each port in ``record`` (P,): its hop of the packet in ``slot``.
 
     Switch hop i is the packet's (i + 1)-th link (link 0 leaves the sender's NIC).
     """
-    n_slots, n_hops = pkts.pkt_int_port.shape
+    n_slots, n_hops = params.static.n_slots, params.static.int_hops
     s = jnp.minimum(slot, n_slots - 1)
     hop = pkts.pkt_hop[s] - 1
     row = jnp.where(record & (hop >= 0) & (hop < n_hops), slot, n_slots)
     col = jnp.clip(hop, 0, n_hops - 1)
-    port = jnp.arange(record.shape[0], dtype=jnp.int32)
+    port = jnp.arange(params.static.n_ports, dtype=jnp.int32)
     return pkts.replace(
         pkt_int_port=pkts.pkt_int_port.at[row, col].set(port, mode="drop"),
         pkt_int_ts_ps=pkts.pkt_int_ts_ps.at[row, col].set(start_ps, mode="drop"),

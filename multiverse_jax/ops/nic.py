@@ -1,4 +1,5 @@
-"""NIC send: each host's NIC offers the next packet of one of its flows to its egress port.
+"""NIC send: each host's NIC offers the next packet of one of its flows to its egress port
+(``systems/transmit.py`` decides which offer its port starts; ``emit`` creates the packet).
 
 Load balancing is decided here, at the source: each packet carries a path salt that the
 switches mix into their ECMP hash (0 for per-flow ECMP, the packet's sequence number for
@@ -6,7 +7,7 @@ spraying, the flow's flowlet number for flowlet switching).
 
 The NIC serves its ready flows round-robin in effect: it picks the flow that has been
 ready the longest (earliest ready time, then lowest index); after sending, a flow is next
-ready when congestion control says (``cc.next_send_ps``). A data packet is created only
+ready when congestion control says (``ops.cc.next_send_ps``). A data packet is created only
 when the port puts it on the wire, in a free slot of its host's share of the pool.
 """
 
@@ -17,8 +18,8 @@ import dataclasses
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, NEVER, Params, State
-from multiverse_jax.systems import cc
-from multiverse_jax.systems.common import fifo_head
+from multiverse_jax.ops import cc
+from multiverse_jax.ops.segments import fifo_head
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +45,10 @@ def sendable_and_ready(params: Params, state: State):
     return sendable, ready
 
 
-def offer(params: Params, state: State, now_ps, n_classes: int) -> NicOffer:
+def offer(params: Params, state: State, now_ps) -> NicOffer:
     """Per host and data class, the packet of the flow that has been ready the longest."""
     fp, fs = params.flows, state.flows
-    n_hosts, n_flows = params.nics.nic_port.shape[0], fp.flow_src.shape[0]
+    n_hosts, n_flows, n_classes = params.static.n_hosts, params.static.n_flows, params.static.n_data_classes
     queue = fp.flow_src * n_classes + fp.flow_priority
     ready, flow = fifo_head(*sendable_and_ready(params, state), queue, n_hosts * n_classes, now_ps)
     ready, flow = ready.reshape(n_hosts, n_classes), jnp.minimum(flow, n_flows - 1).reshape(n_hosts, n_classes)
@@ -55,8 +56,8 @@ def offer(params: Params, state: State, now_ps, n_classes: int) -> NicOffer:
     n_packets = fp.flow_n_packets[flow]
     last_payload = fp.flow_size_bytes[flow] - (n_packets - 1).astype(jnp.int64) * params.payload_bytes
     payload = jnp.where(seq == n_packets - 1, last_payload, params.payload_bytes)
-    free = ~state.packets.pkt_valid.reshape(n_hosts, -1)
-    slots_per_host = free.shape[1]
+    slots_per_host = params.static.slots_per_host
+    free = ~state.packets.pkt_valid.reshape(n_hosts, slots_per_host)
     slot = jnp.arange(n_hosts, dtype=jnp.int32) * slots_per_host + jnp.argmax(free, axis=1).astype(jnp.int32)
     return NicOffer(
         ready_ps=ready,
@@ -83,8 +84,8 @@ def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, seriali
     never collide; hosts that send nothing write nowhere (index out of range, dropped).
     """
     fp, fs, pkts = params.flows, state.flows, state.packets
-    n_hosts = params.nics.nic_port.shape[0]
-    target = jnp.where(sent, offer_.slot, pkts.pkt_valid.shape[0])
+    n_hosts, n_flows = params.static.n_hosts, params.static.n_flows
+    target = jnp.where(sent, offer_.slot, params.static.n_slots)
     seq = fs.flow_sent_packets[offer_.flow]
     # A flow that has been idle longer than the flowlet gap starts a new flowlet.
     last_send_ps = fs.flow_last_send_ps[offer_.flow]
@@ -117,9 +118,9 @@ def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, seriali
     )
     # Each flow reads whether its host's NIC sent one of its packets (a gather, no scatter).
     src = fp.flow_src
-    flow_sent = sent[src] & (offer_.flow[src] == jnp.arange(src.shape[0]))
+    flow_sent = sent[src] & (offer_.flow[src] == jnp.arange(n_flows))
     flow_start_ps, flow_wire = start_ps[src], offer_.wire_bytes[src].astype(jnp.int64)
-    next_send = cc.next_send_ps(params, state.cc, jnp.arange(src.shape[0]), flow_start_ps, serialization_ps[src], flow_wire)
+    next_send = cc.next_send_ps(params, state.cc, jnp.arange(n_flows), flow_start_ps, serialization_ps[src], flow_wire)
     flows = fs.replace(
         flow_sent_packets=fs.flow_sent_packets + flow_sent,
         flow_next_send_ps=jnp.where(flow_sent, next_send, fs.flow_next_send_ps),

@@ -1,4 +1,5 @@
-"""Small vectorised helpers the systems share."""
+"""Per-segment reductions over the packet pool (or any masked array): the earliest entry,
+a count or sum, the latest time. A segment is a port, a class queue, a flow or a host."""
 
 from __future__ import annotations
 
@@ -6,17 +7,6 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import NEVER
-
-PS_BITS_PER_BYTE = 8 * 10**12  # bits per byte times picoseconds per second
-
-
-def serialization_ps(wire_bytes, rate_bps):
-    """Time to put ``wire_bytes`` on a wire of ``rate_bps``, in ps, rounded up.
-
-    Exact (no rounding) for every rate that divides 8e12 bits*ps/s, e.g. 25/40/50/100/200/400/800 Gb/s.
-    """
-    numerator = wire_bytes.astype(jnp.int64) * PS_BITS_PER_BYTE
-    return (numerator + rate_bps - 1) // rate_bps
 
 
 def fifo_head(mask, time_ps, segment, n_segments, now_ps):
@@ -50,13 +40,3 @@ def count_by(mask, segment, n_segments, values=None):
 def latest_by(mask, segment, n_segments, time_ps):
     """Per segment, the largest masked time (-1 if none)."""
     return jax.ops.segment_max(jnp.where(mask, time_ps, -1), jnp.where(mask, segment, n_segments), n_segments)
-
-
-def mix32(x):
-    """A 32-bit integer hash (murmur3's finaliser): flow and node ids -> ECMP choice."""
-    x = x.astype(jnp.uint32)
-    x = x ^ (x >> 16)
-    x = x * jnp.uint32(0x85EBCA6B)
-    x = x ^ (x >> 13)
-    x = x * jnp.uint32(0xC2B2AE35)
-    return x ^ (x >> 16)

@@ -1,0 +1,15 @@
+"""Operations the systems share: pure functions of ``Params`` and ``State`` arrays.
+
+``systems/`` holds the step's systems (one per file, ``f(params, state, window_end_ps) ->
+state``); what several of them need lives here, and nothing here imports a system:
+
+* ``segments``: per-segment reductions (FIFO head, count or sum, latest time);
+* ``hashing``: the 32-bit hash behind ECMP, flow hashes and RED's coin;
+* ``packets``: the pool's arrivals of a window, its queued packets, bytes queued per
+  port, serialisation time;
+* ``marking``: RED/ECN marks and in-band telemetry at switch egress;
+* ``pfc``: when a paused port may start a data packet;
+* ``cc``: what the NIC and the clock ask congestion control (window gate, pacing,
+  DCQCN's byte counter and timers);
+* ``nic``: what each NIC offers per data class, and the packets it puts on the wire.
+"""

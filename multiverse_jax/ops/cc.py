@@ -1,0 +1,65 @@
+"""What the NIC and the clock ask congestion control: the window gate, the pacing of a
+flow's next packet, DCQCN's per-send byte counter and the next DCQCN timer.
+
+``systems/cc.py`` updates rates, windows and the gate once per window; these read them.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from multiverse_jax.cc import dcqcn
+from multiverse_jax.components.cc import CcState
+from multiverse_jax.components.experiment import CC_DCQCN, CC_NONE, NEVER, Params, State
+from multiverse_jax.ops.packets import PS_BITS_PER_BYTE
+
+
+def gate_ps(params: Params, state: State):
+    """(F,) earliest time the window lets each flow send its next packet (NEVER: not in this window)."""
+    cc = state.cc
+    sent_bytes = state.flows.flow_sent_packets.astype(jnp.float64) * params.payload_bytes
+    open_ = cc.gate_allow_bytes > sent_bytes[:, None]
+    return jnp.min(jnp.where(open_, cc.gate_ps, NEVER), axis=-1)
+
+
+def pacing_gap_ps(rate_bps, wire_bytes):
+    """Gap between packet starts at ``rate_bps``: wire * 8 / rate, in ps, rounded up."""
+    return jnp.ceil(wire_bytes * (PS_BITS_PER_BYTE / jnp.maximum(rate_bps, 1.0))).astype(jnp.int64)
+
+
+def next_send_ps(params: Params, cc: CcState, flow, start_ps, serialization_ps, wire_bytes):
+    """When a flow that started a packet at ``start_ps`` may start the next (arrays over flows).
+
+    CC_NONE: back to back at line rate. Otherwise paced at the flow's rate (never faster
+    than the line).
+    """
+    paced = pacing_gap_ps(cc.rate_bps[flow], wire_bytes)
+    gap = jnp.where(params.cc_kind == CC_NONE, serialization_ps, jnp.maximum(serialization_ps, paced))
+    return start_ps + gap
+
+
+def on_send(params: Params, cc: CcState, sent, wire_bytes, start_ps) -> CcState:
+    """Per-flow bookkeeping of sent packets (DCQCN's byte counter). Arrays (F,)."""
+    counted = dcqcn.on_send(params.cc, cc, sent, wire_bytes, start_ps)
+    is_dcqcn = params.cc_kind == CC_DCQCN
+    return cc.replace(
+        bytes_counted=jnp.where(is_dcqcn, counted.bytes_counted, cc.bytes_counted),
+        byte_event_ps=jnp.where(is_dcqcn, counted.byte_event_ps, cc.byte_event_ps),
+    )
+
+
+def timers_active(params: Params, state: State):
+    """(F,) flows whose timers run: DCQCN flows that started and have not finished."""
+    flows = state.flows
+    return (
+        (params.cc_kind == CC_DCQCN)
+        & params.flows.flow_valid
+        & (flows.flow_begin_ps != NEVER)
+        & (flows.flow_finish_ps == NEVER)
+    )
+
+
+def next_timer_ps(params: Params, state: State):
+    """() the next timer event of the experiment (NEVER if none): an event for the clock."""
+    t, _ = dcqcn.next_timer(state.cc)
+    return jnp.min(jnp.where(timers_active(params, state), t, NEVER))
