@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from multiverse_jax.conf.schema import CcKind, LbKind
-from multiverse_jax.components.cc import GATE_ENTRIES, CcParams, CcState
+from multiverse_jax.components.cc import cc_params, initial_cc_state
 from multiverse_jax.components.experiment import (
     CC_DCQCN,
     CC_DCTCP,
@@ -115,120 +115,6 @@ def _static_of(experiments, derived, slots_per_host: int, n_samples: int) -> Sta
     )
 
 
-def base_rtt_ps(exp: Experiment, ecmp: EcmpTable) -> int:
-    """An upper bound of the unloaded RTT of the experiment's flows (HPCC's T when not given):
-    per hop, the longest link delay and a full packet (then an ACK) at the slowest rate."""
-    topo, flows = exp.topology, exp.flows
-    links = ecmp.hops[flows.src, flows.dst].astype(np.int64)
-    slowest, longest = int(topo.link_rate_bps.min()), int(topo.link_delay_ps.max())
-    data_ps = -(-(exp.packet.payload_bytes + exp.packet.header_bytes) * 8 * 10**12 // slowest)
-    ack_ps = -(-exp.packet.ack_bytes * 8 * 10**12 // slowest)
-    return max(1, int(links.max(initial=0))) * (data_ps + ack_ps + 2 * longest)
-
-
-def _cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
-    """Per-experiment constants in engine units (ps, bits per second, bytes)."""
-    d, c, h, t, sw = exp.dcqcn, exp.dctcp, exp.hpcc, exp.timely, exp.switch
-    rtt_ps = base_rtt_ps(exp, ecmp) if h.base_rtt_us is None else round(h.base_rtt_us * PS_PER_US)
-
-    def ps(us):
-        return np.int64(round(us * PS_PER_US))
-
-    def bps(mbps):
-        return np.float64(mbps * 1e6)
-
-    return CcParams(
-        ecn_kmin_bytes=np.int64(sw.ecn_kmin_bytes),
-        ecn_kmax_bytes=np.int64(sw.ecn_kmax_bytes),
-        ecn_pmax=np.float64(sw.ecn_pmax),
-        dcqcn_g=np.float64(d.g),
-        dcqcn_alpha_timer_ps=ps(d.alpha_timer_us),
-        dcqcn_decrease_interval_ps=ps(d.decrease_interval_us),
-        dcqcn_increase_timer_ps=ps(d.increase_timer_us),
-        dcqcn_byte_counter_bytes=np.int64(d.byte_counter_bytes),
-        dcqcn_fast_recovery_steps=np.int32(d.fast_recovery_steps),
-        dcqcn_rate_ai_bps=bps(d.rate_ai_mbps),
-        dcqcn_rate_hai_bps=bps(d.rate_hai_mbps),
-        dcqcn_min_rate_bps=bps(d.min_rate_mbps),
-        dcqcn_cnp_interval_ps=ps(d.cnp_interval_us),
-        dcqcn_rate_on_first_cnp=np.float64(d.rate_on_first_cnp),
-        dctcp_g=np.float64(c.g),
-        dctcp_init_window_bytes=np.float64(c.init_window_packets * exp.packet.payload_bytes),
-        dctcp_min_window_bytes=np.float64(c.min_window_packets * exp.packet.payload_bytes),
-        hpcc_eta=np.float64(h.eta),
-        hpcc_max_stage=np.int32(h.max_stage),
-        hpcc_w_ai_bytes=np.float64(h.rate_ai_mbps * 1e6 * rtt_ps / 1e12 / 8),
-        hpcc_base_rtt_ps=np.int64(rtt_ps),
-        hpcc_min_rate_bps=bps(h.min_rate_mbps),
-        timely_alpha=np.float64(t.alpha),
-        timely_beta=np.float64(t.beta),
-        timely_t_low_ps=ps(t.t_low_us),
-        timely_t_high_ps=ps(t.t_high_us),
-        timely_min_rtt_ps=ps(t.min_rtt_us),
-        timely_rate_ai_bps=bps(t.rate_ai_mbps),
-        timely_rate_hai_bps=bps(t.rate_hai_mbps),
-        timely_hai_after=np.int32(t.hai_after),
-        timely_min_rate_bps=bps(t.min_rate_mbps),
-    )
-
-
-def _cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s: Static) -> CcState:
-    """Initial congestion-control state: line rate; DCTCP's initial window, HPCC's W = B T."""
-    n = s.n_flows
-    rate = _pad(line_rate_bps.astype(np.float64), (n,), 1.0)
-    bdp = rate * float(cp.hpcc_base_rtt_ps) / 1e12 / 8
-    kind = CC_CODES[exp.cc]
-    window = {CC_DCTCP: np.full(n, float(cp.dctcp_init_window_bytes)), CC_HPCC: bdp}.get(kind, np.zeros(n))
-    allow0 = window if kind in (CC_DCTCP, CC_HPCC) else np.full(n, np.inf)
-    gate_allow = np.full((n, GATE_ENTRIES), np.inf)
-    gate_allow[:, 0] = allow0
-    gate_ps = np.full((n, GATE_ENTRIES), NEVER, np.int64)
-    gate_ps[:, 0] = 0
-
-    def zeros(dtype):
-        return np.zeros(n, dtype)
-
-    never = np.full(n, NEVER, np.int64)
-    hops = (n, s.int_hops)
-    return CcState(
-        rate_bps=rate,
-        window_bytes=window.astype(np.float64),
-        alpha=np.ones(n),
-        target_rate_bps=rate.copy(),
-        cnp_seen_alpha=zeros(bool),
-        cnp_seen_decrease=zeros(bool),
-        rate_limited=zeros(bool),
-        timer_stage=zeros(np.int32),
-        byte_stage=zeros(np.int32),
-        bytes_counted=zeros(np.int64),
-        alpha_timer_ps=never,
-        decrease_timer_ps=never.copy(),
-        increase_timer_ps=never.copy(),
-        byte_event_ps=never.copy(),
-        last_cnp_ps=np.full(n, -(1 << 60), np.int64),
-        ecn_marked_packets=zeros(np.int32),
-        cnps_sent=zeros(np.int32),
-        ssthresh_bytes=np.full(n, np.inf),
-        in_cwr=zeros(bool),
-        cwr_high_seq=zeros(np.int32),
-        acks_in_round=zeros(np.int32),
-        marks_in_round=zeros(np.int32),
-        last_update_seq=zeros(np.int32),
-        started=zeros(bool),
-        hpcc_u=zeros(np.float64),
-        hpcc_wc_bytes=bdp.astype(np.float64),
-        stage=zeros(np.int32),
-        int_port=np.full(hops, -1, np.int32),
-        int_ts_ps=np.zeros(hops, np.int64),
-        int_tx_bytes=np.zeros(hops, np.int64),
-        int_qlen_bytes=np.zeros(hops, np.int64),
-        last_rtt_ps=zeros(np.int64),
-        rtt_diff_ps=zeros(np.float64),
-        gate_allow_bytes=gate_allow,
-        gate_ps=gate_ps,
-    )
-
-
 def _task_arrays(graph: TaskGraph | None, s: Static, compute_slowdown: float = 1.0) -> tuple[TaskParams, TaskState]:
     """Padded task arrays (one invalid dummy task without a graph)."""
     n = s.n_tasks
@@ -312,7 +198,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         trigger_activator=_pad(activator.astype(np.int32), (s.n_triggers, s.n_activators), -1),
         trigger_activator_is_recv=_pad(activator_is_recv.astype(bool), (s.n_triggers, s.n_activators), False),
     )
-    cc_params = _cc_params(exp, derived.ecmp)
+    cc = cc_params(exp, derived.ecmp)
     task_params, task_state = _task_arrays(graph, s, exp.workload.compute_slowdown)
     params = Params(
         static=s,
@@ -328,7 +214,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
         ack_bytes=np.int32(exp.packet.ack_bytes),
         max_time_ps=np.int64(round(exp.sim.max_time_us * PS_PER_US)),
         cc_kind=np.int32(CC_CODES[exp.cc]),
-        cc=cc_params,
+        cc=cc,
         lb_kind=np.int32(LB_CODES[exp.lb]),
         flowlet_gap_ps=np.int64(round(exp.switch.flowlet_gap_us * PS_PER_US)),
         sample_interval_ps=np.int64(max(1, round(exp.sim.sample_interval_us * PS_PER_US))),
@@ -378,7 +264,7 @@ def _experiment_arrays(exp: Experiment, derived: _Derived, s: Static) -> tuple[P
             flow_last_send_ps=np.full(s.n_flows, -1, np.int64),
             flow_flowlet=np.zeros(s.n_flows, np.uint32),
         ),
-        cc=_cc_state(exp, cc_params, topo.link_rate_bps[host_port[flows.src]], s),
+        cc=initial_cc_state(exp, cc, topo.link_rate_bps[host_port[flows.src]], s),
         tasks=task_state,
         samples=SampleState(
             sample_count=np.int64(0),
