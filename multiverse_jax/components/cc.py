@@ -20,7 +20,7 @@ from multiverse_jax.components.static import Static
 from multiverse_jax.topology.graph import PS_PER_US
 
 if TYPE_CHECKING:
-    from multiverse_jax.batch import Experiment
+    from multiverse_jax.experiment import Experiment
     from multiverse_jax.topology.routing import EcmpTable
 
 # Window-based algorithms keep, per window of the simulation, up to GATE_ENTRIES
