@@ -40,14 +40,14 @@ from multiverse_jax.components.static import Static
 from multiverse_jax.components.tasks import TaskParams, TaskState
 from multiverse_jax.errors import InputError
 from multiverse_jax.systems.common import mix32
-from multiverse_jax.topology.graph import PS_PER_US, Topology
+from multiverse_jax.topology.graph import Topology
 from multiverse_jax.topology.routing import EcmpTable, ecmp_table
+from multiverse_jax.units import NEVER, PS_PER_US
 from multiverse_jax.workload.flows import FlowSet, check_hosts
 from multiverse_jax.workload.routes import PinnedRoutes
 from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
 from multiverse_jax.workload.triggers import check_triggers, trigger_tables
 
-NEVER = np.iinfo(np.int64).max
 UNLIMITED_BYTES = 1 << 62  # NIC egress queues hold only ACKs and are never the bottleneck
 CC_KINDS = {"none": CC_NONE, "dcqcn": CC_DCQCN, "dctcp": CC_DCTCP, "hpcc": CC_HPCC, "timely": CC_TIMELY}
 LB_KINDS = {"ecmp": LB_ECMP, "spray": LB_SPRAY, "flowlet": LB_FLOWLET}

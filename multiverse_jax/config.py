@@ -42,7 +42,8 @@ from multiverse_jax.conf import schema
 from multiverse_jax.cc.config import DcqcnConfig, DctcpConfig, EcnConfig, HpccConfig, TimelyConfig
 from multiverse_jax.errors import InputError
 from multiverse_jax.topology import KINDS as TOPOLOGY_KINDS, build_topology
-from multiverse_jax.topology.graph import PS_PER_US, Topology
+from multiverse_jax.topology.graph import Topology
+from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload.flows import FlowSet, make_flows
 from multiverse_jax.workload.htsim_cm import load_cm
 from multiverse_jax.workload.collectives import CommConfig

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import chex
-import jax.numpy as jnp
 from flax import struct
 
 from multiverse_jax.components.cc import CcParams, CcState
@@ -16,8 +15,6 @@ from multiverse_jax.components.packets import PacketState
 from multiverse_jax.components.ports import PortParams, PortState
 from multiverse_jax.components.samples import SampleState
 from multiverse_jax.components.tasks import TaskParams, TaskState
-
-NEVER = jnp.iinfo(jnp.int64).max  # a time that never comes
 
 # Bits of the per-experiment error word (checked on the host after every call).
 ERROR_POOL_FULL = 1 << 0  # a host had more unacknowledged packets than sim.packets_per_host

@@ -27,7 +27,8 @@ import jax.numpy as jnp
 from multiverse_jax.cc import dcqcn, dctcp, hpcc, timely
 from multiverse_jax.cc.events import AckEvent
 from multiverse_jax.components.cc import GATE_ENTRIES, CcState
-from multiverse_jax.components.experiment import CC_DCQCN, CC_DCTCP, CC_HPCC, CC_NONE, NEVER, Params, State
+from multiverse_jax.components.experiment import CC_DCQCN, CC_DCTCP, CC_HPCC, CC_NONE, Params, State
+from multiverse_jax.units import NEVER
 from multiverse_jax.systems.ack import arriving_acks
 from multiverse_jax.systems.common import PS_BITS_PER_BYTE, fifo_head
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, NEVER, Params, State
+from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, Params, State
+from multiverse_jax.units import NEVER
 from multiverse_jax.systems import cc, nic_send
 from multiverse_jax.systems.schedule import last_finish_ps
 

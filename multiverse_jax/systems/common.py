@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import NEVER
+from multiverse_jax.units import NEVER
 
 PS_BITS_PER_BYTE = 8 * 10**12  # bits per byte times picoseconds per second
 

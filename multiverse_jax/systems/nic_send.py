@@ -16,7 +16,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, NEVER, Params, State
+from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, Params, State
+from multiverse_jax.units import NEVER
 from multiverse_jax.systems import cc
 from multiverse_jax.systems.common import fifo_head
 

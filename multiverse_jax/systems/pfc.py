@@ -15,7 +15,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import NEVER, Params, State
+from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.units import NEVER
 from multiverse_jax.systems.common import count_by
 
 

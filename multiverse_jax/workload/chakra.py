@@ -66,6 +66,7 @@ import struct
 from collections import defaultdict, deque
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload import collectives
 from multiverse_jax.workload.collectives import CommConfig
 from multiverse_jax.workload.tasks import NO_STREAM, STREAM_COMM, STREAM_COMPUTE, TaskGraph, TaskGraphBuilder
@@ -88,7 +89,6 @@ _COLL_NAMES = {
     0: "ALL_REDUCE", 1: "REDUCE", 2: "ALL_GATHER", 3: "GATHER", 4: "SCATTER", 5: "BROADCAST",
     6: "ALL_TO_ALL", 7: "REDUCE_SCATTER", 8: "REDUCE_SCATTER_BLOCK", 9: "BARRIER",
 }  # fmt: skip
-_PS_PER_US = 1_000_000
 
 
 # ----------------------------------------------------------------------------- protobuf wire format
@@ -573,7 +573,7 @@ class _Scheduler:
             stream = STREAM_CPU if node.attrs.get("is_cpu_op") else STREAM_COMPUTE
             task = b.delay(
                 r,
-                node.duration_us * _PS_PER_US,
+                node.duration_us * PS_PER_US,
                 deps,
                 stream=stream,
                 category="compute",

@@ -47,10 +47,10 @@ import re
 from collections import defaultdict, deque
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.units import PS_PER_NS
 from multiverse_jax.workload.textfile import read_text
 from multiverse_jax.workload.tasks import NO_STREAM, TaskGraph, TaskGraphBuilder
 
-_PS_PER_NS = 1000
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_]*|-?\d+|[{}:]|\S")
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _KEYWORDS = {
@@ -358,7 +358,7 @@ def load_goal(path) -> TaskGraph:
         name = f"rank{op.rank}:{op.label or op.kind}"
         if op.kind == "calc":
             task[i] = b.delay(
-                op.rank, op.size * _PS_PER_NS, deps, stream=NO_STREAM, category="compute", name=name, line=op.line
+                op.rank, op.size * PS_PER_NS, deps, stream=NO_STREAM, category="compute", name=name, line=op.line
             )
         elif op.kind == "send":
             task[i] = b.send(

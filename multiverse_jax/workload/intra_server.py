@@ -57,6 +57,7 @@ from typing import NamedTuple
 import numpy as np
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.units import PS_PER_US
 
 PROG = "multiverse-jax-calibrate"
 EXIT_BAD_INPUT = 2
@@ -64,7 +65,6 @@ DEFAULT_MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "intra_se
 DEFAULT_GPU = "H100"
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p")
 COLUMNS = ("gpu", "n_gpus", "collective", "alpha_us", "beta_gbytes_per_s", "source")
-PS_PER_US = 1_000_000
 
 # Compute slowdown when compute overlaps communication, per GPU type (multiplicative on the
 # compute duration). ASSUMED values in the range reported for SM / HBM contention; configurable.
