@@ -47,8 +47,8 @@ import re
 from collections import defaultdict, deque
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.textfile import parse_int, read_text
 from multiverse_jax.units import PS_PER_NS
-from multiverse_jax.workload.textfile import read_text
 from multiverse_jax.workload.tasks import NO_STREAM, TaskGraph, TaskGraphBuilder
 
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_]*|-?\d+|[{}:]|\S")
@@ -111,19 +111,12 @@ def _strip_comments(text: str, path: str) -> list[str]:
 
 
 def _int(tokens: list[str], i: int, what: str, path: str, line: int, *, minimum: int = 0) -> int:
+    """Token i as an integer (the tokenizer splits numbers as ``-?digits``)."""
     if i >= len(tokens):
         raise InputError(f"{what}: expected an integer, the line ends", source=path, line=line)
-    text = tokens[i]
-    if not re.fullmatch(r"-?\d+", text):
-        raise InputError(f"{what}: expected an integer, got {text!r}", source=path, line=line)
-    value = int(text)
-    if value < minimum:
-        if value == -1 and what in ("source rank", "tag"):
-            raise InputError(f"{what} -1 (any) is not supported: the matching must be static", source=path, line=line)
-        raise InputError(f"{what} must be >= {minimum}, got {value}", source=path, line=line)
-    if value > 2**63 - 1:
-        raise InputError(f"{what}: {value} does not fit in 64 bits", source=path, line=line)
-    return value
+    if tokens[i] == "-1" and what in ("source rank", "tag"):
+        raise InputError(f"{what} -1 (any) is not supported: the matching must be static", source=path, line=line)
+    return parse_int(tokens[i], what, path, line, minimum=minimum)
 
 
 def _parse_op(tokens: list[str], rank: int, label: str | None, path: str, line: int) -> _Op:
