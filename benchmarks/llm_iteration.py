@@ -55,7 +55,8 @@ import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
 from machine import machine_info
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
-from multiverse_jax.components.experiment import ERROR_POOL_FULL, NEVER
+from multiverse_jax.components.experiment import ERROR_POOL_FULL
+from multiverse_jax.units import NEVER
 from multiverse_jax.config import experiment_from_config, resolve_config
 from multiverse_jax.errors import InputError
 from multiverse_jax.simulate import error_message, results

@@ -41,13 +41,13 @@ from multiverse_jax.components.tasks import TaskParams, TaskState
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops.hashing import mix32
-from multiverse_jax.topology.graph import PS_PER_US, Topology
+from multiverse_jax.topology.graph import Topology
 from multiverse_jax.topology.routing import EcmpTable
+from multiverse_jax.units import NEVER, PS_PER_US
 from multiverse_jax.workload.routes import PinnedRoutes
 from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
 from multiverse_jax.workload.triggers import trigger_tables
 
-NEVER = np.iinfo(np.int64).max
 UNLIMITED_BYTES = 1 << 62  # NIC egress queues hold only ACKs and are never the bottleneck
 CC_CODES = {CcKind.none: CC_NONE, CcKind.dcqcn: CC_DCQCN, CcKind.dctcp: CC_DCTCP, CcKind.hpcc: CC_HPCC, CcKind.timely: CC_TIMELY}
 LB_CODES = {LbKind.ecmp: LB_ECMP, LbKind.spray: LB_SPRAY, LbKind.flowlet: LB_FLOWLET}

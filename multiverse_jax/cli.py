@@ -22,6 +22,7 @@ from multiverse_jax.config import experiment_from_config, load_config, resolve_c
 from multiverse_jax.errors import InputError
 from multiverse_jax.report.outputs import summary_table, write_oom_summary, write_outputs
 from multiverse_jax.simulate import simulate
+from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload.llm import OutOfMemory
 
 EXIT_FAILED = 1
@@ -32,7 +33,7 @@ def _slowest_time_us(state) -> float:
     """Simulated time of the experiment furthest behind among those still running."""
     time_ps, done, error = (np.asarray(x) for x in (state.time_ps, state.done, state.error))
     running = ~done & (error == 0)
-    return float((time_ps[running] if running.any() else time_ps).min()) / 1e6
+    return float((time_ps[running] if running.any() else time_ps).min()) / PS_PER_US
 
 
 def run(cfg, output_dir, *, console: Console | None = None) -> int:

@@ -39,7 +39,8 @@ from multiverse_jax.conf.schema import TASK_WORKLOADS, Config, WorkloadKind
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.topology import build_topology
-from multiverse_jax.topology.graph import PS_PER_US, Topology
+from multiverse_jax.topology.graph import Topology
+from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload.collectives import CommConfig
 from multiverse_jax.workload.flows import FlowSet, make_flows
 from multiverse_jax.workload.htsim_cm import load_cm

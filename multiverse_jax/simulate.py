@@ -11,12 +11,11 @@ import numpy as np
 from multiverse_jax import engine
 from multiverse_jax.batch import Batch, build_batch
 from multiverse_jax.experiment import Experiment
-from multiverse_jax.components.experiment import ERROR_MESSAGES, NEVER, State
+from multiverse_jax.components.experiment import ERROR_MESSAGES, State
 from multiverse_jax.components.static import Static
 from multiverse_jax.report.timeline import iteration_split, task_columns
 from multiverse_jax.timeseries import SampleCollector
-
-PS_PER_US = 1e6
+from multiverse_jax.units import PS_PER_US, us_from_ps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,11 +44,7 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
     flows = experiment.flows
     n = len(flows)
     fs = jax.tree.map(lambda x: np.asarray(x[e, :n]), state.flows)
-
-    def us(ps):
-        return np.where(ps == NEVER, np.nan, ps / PS_PER_US)
-
-    begin, finish, rx_finish = us(fs.flow_begin_ps), us(fs.flow_finish_ps), us(fs.flow_rx_finish_ps)
+    begin, finish, rx_finish = us_from_ps(fs.flow_begin_ps), us_from_ps(fs.flow_finish_ps), us_from_ps(fs.flow_rx_finish_ps)
     marks = np.asarray(state.cc.ecn_marked_packets[e, :n])
     cnps = np.asarray(state.cc.cnps_sent[e, :n])
     return {

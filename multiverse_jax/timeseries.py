@@ -20,8 +20,7 @@ import jax
 import numpy as np
 
 from multiverse_jax.components.experiment import State
-
-PS_PER_US = 1e6
+from multiverse_jax.units import BPS_PER_GBPS, PS_PER_US
 
 
 MAX_BYTES_PER_EXPERIMENT = 256 * 2**20
@@ -88,7 +87,7 @@ class SampleCollector:
         flows = {
             "time_us": np.repeat(time_us, n_flows),
             "flow_id": np.tile(flow_ids, n_samples),
-            "rate_gbps": rate.reshape(-1) / 1e9,
+            "rate_gbps": rate.reshape(-1) / BPS_PER_GBPS,
             "window_bytes": window.reshape(-1),
             "rx_bytes": rx.reshape(-1),
         }

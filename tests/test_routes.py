@@ -75,7 +75,7 @@ def test_header_only(tmp_path, topo, flows):
     "body,line,fragment",
     [
         ("5,data,h0 s0 s1 h1\n9,data,h0 s0 s1 h1\n", 3, "unknown flow id 9"),
-        ("x,data,h0 s0 s1 h1\n", 2, "expected an integer flow id"),
+        ("x,data,h0 s0 s1 h1\n", 2, "id (a flow id): expected an integer, got 'x'"),
         ("5,both,h0 s0 s1 h1\n", 2, "bad kind 'both'"),
         ("5,data,h0 s0 s9 h1\n", 2, "unknown node 's9'"),
         ("5,data,h2 s2 s1 h1\n", 2, "must start at the flow's src host h0"),

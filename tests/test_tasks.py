@@ -72,6 +72,14 @@ def test_streams_overlap_and_serialise():
     assert result.summary["exposed_comm_us"] < t["finish_us"][3] - 30.0 + 1e-6  # the first send hid under compute
 
 
+def test_a_dependency_on_a_later_task_is_fine_without_a_cycle():
+    b = TaskGraphBuilder(2)
+    first = b.delay(0, 1, name="x", stream=-1)
+    second = b.delay(1, 1, name="y", stream=-1)
+    b._tasks[first].deps.append(second)  # x waits for y, created after it
+    assert b.build().deps[first].tolist() == [second]
+
+
 def test_dependency_errors_name_the_task():
     b = TaskGraphBuilder(4)
     a = b.delay(0, 1, name="a")

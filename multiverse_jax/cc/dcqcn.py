@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.cc.events import AckEvent
 from multiverse_jax.components.cc import CcParams, CcState
-from multiverse_jax.components.experiment import NEVER
+from multiverse_jax.units import NEVER
 
 # Which timer fires (the order breaks ties between timers due at the same time).
 TIMER_ALPHA, TIMER_DECREASE, TIMER_INCREASE, TIMER_BYTES = 0, 1, 2, 3

@@ -179,7 +179,7 @@ def cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
 def initial_cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s: Static) -> CcState:
     """Initial state of ``s.n_flows`` flows (``line_rate_bps``: the real flows' NIC rates;
     padded flows get 1 b/s): line rate; DCTCP's initial window, HPCC's W = B T."""
-    from multiverse_jax.components.experiment import NEVER
+    from multiverse_jax.units import NEVER
 
     n = s.n_flows
     rate = np.ones(n)

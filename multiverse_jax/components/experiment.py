@@ -6,7 +6,6 @@ to every array leaf (``Params.static`` is not a leaf: one value for the whole ba
 from __future__ import annotations
 
 import chex
-import jax.numpy as jnp
 from flax import struct
 
 from multiverse_jax.components.cc import CcParams, CcState
@@ -18,8 +17,6 @@ from multiverse_jax.components.ports import PortParams, PortState
 from multiverse_jax.components.samples import SampleState
 from multiverse_jax.components.static import Static
 from multiverse_jax.components.tasks import TaskParams, TaskState
-
-NEVER = jnp.iinfo(jnp.int64).max  # a time that never comes
 
 # Bits of the per-experiment error word (checked on the host after every call).
 ERROR_POOL_FULL = 1 << 0  # a host had more unacknowledged packets than sim.packets_per_host

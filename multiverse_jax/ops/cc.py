@@ -10,7 +10,8 @@ import jax.numpy as jnp
 
 from multiverse_jax.cc import dcqcn
 from multiverse_jax.components.cc import CcState
-from multiverse_jax.components.experiment import CC_DCQCN, CC_NONE, NEVER, Params, State
+from multiverse_jax.components.experiment import CC_DCQCN, CC_NONE, Params, State
+from multiverse_jax.units import NEVER
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE
 
 

@@ -17,9 +17,10 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, NEVER, Params, State
+from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, Params, State
 from multiverse_jax.ops import cc
 from multiverse_jax.ops.segments import fifo_head
+from multiverse_jax.units import NEVER
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import NEVER, Params, State
+from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.units import NEVER
 
 
 def release_ps(params: Params, state: State, earliest_ps):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import NEVER
+from multiverse_jax.units import NEVER
 
 
 def fifo_head(mask, time_ps, segment, n_segments, now_ps):

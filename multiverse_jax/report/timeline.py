@@ -13,18 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from multiverse_jax.units import us_from_ps
 from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
-
-PS_PER_US = 1e6
-NEVER = np.iinfo(np.int64).max
 
 
 def task_columns(graph: TaskGraph, start_ps: np.ndarray, finish_ps: np.ndarray) -> dict[str, np.ndarray]:
     """One row per task (times in µs; NaN if it never ran)."""
-
-    def us(ps):
-        return np.where(ps == NEVER, np.nan, ps / PS_PER_US)
-
     return {
         "task": np.arange(len(graph)),
         "name": graph.name.astype(str),
@@ -34,8 +28,8 @@ def task_columns(graph: TaskGraph, start_ps: np.ndarray, finish_ps: np.ndarray) 
         "peer": graph.peer,
         "stream": graph.stream.astype(np.int32),
         "size_bytes": graph.size_bytes,
-        "start_us": us(start_ps),
-        "finish_us": us(finish_ps),
+        "start_us": us_from_ps(start_ps),
+        "finish_us": us_from_ps(finish_ps),
     }
 
 

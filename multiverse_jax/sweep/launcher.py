@@ -37,6 +37,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from multiverse_jax.errors import InputError
 from multiverse_jax.sweep.compose import PointComposer
 from multiverse_jax.sweep.results import ResultsTable, point_key
+from multiverse_jax.units import PS_PER_US
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class SweepProgress:
 
     def on_state(self, state) -> None:
         windows, time_ps = (np.asarray(x) for x in (state.n_windows, state.time_ps))
-        self.live = (int(windows.sum()), float(time_ps.sum()) / 1e6)
+        self.live = (int(windows.sum()), float(time_ps.sum()) / PS_PER_US)
         self._show()
 
     def on_points(self, points: list[Point]) -> None:

@@ -27,10 +27,11 @@ import jax.numpy as jnp
 from multiverse_jax.cc import dcqcn, dctcp, hpcc, timely
 from multiverse_jax.cc.events import AckEvent
 from multiverse_jax.components.cc import GATE_ENTRIES, CcState
-from multiverse_jax.components.experiment import CC_DCTCP, CC_HPCC, CC_NONE, NEVER, Params, State
+from multiverse_jax.components.experiment import CC_DCTCP, CC_HPCC, CC_NONE, Params, State
 from multiverse_jax.ops.cc import pacing_gap_ps, timers_active
 from multiverse_jax.ops.packets import arriving_acks
 from multiverse_jax.ops.segments import fifo_head
+from multiverse_jax.units import NEVER
 
 NO_LIMIT = jnp.inf  # the allowance of a flow without a window
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, NEVER, Params, State
+from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, Params, State
 from multiverse_jax.ops import cc, nic
+from multiverse_jax.units import NEVER
 
 
 def clock(params: Params, state: State, window_end_ps) -> State:

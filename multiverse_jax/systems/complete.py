@@ -13,7 +13,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import NEVER, Params, State
+from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.units import NEVER
 
 
 def complete(params: Params, state: State) -> State:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import NEVER, Params, State
+from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.units import NEVER
 
 
 def schedule(params: Params, state: State) -> State:

@@ -33,6 +33,7 @@ import math
 from pathlib import Path
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.textfile import read_lines
 from multiverse_jax.topology.fattree import check_link
 from multiverse_jax.topology.graph import Topology, from_cables
 
@@ -55,18 +56,13 @@ def load_custom(path: str | Path, rate_gbps: float, delay_us: float) -> Topology
     """Read the topology file at ``path``; links without a rate/delay use the defaults."""
     source = str(path)
     default_rate, default_delay = check_link(rate_gbps, delay_us)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("topology file not found (topology.path)", source=source) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read topology file (topology.path): {exc}", source=source) from None
+    lines = read_lines(path, "topology file (topology.path)")
 
     hosts: list[tuple[str, int]] = []  # (name, line)
     switches: list[tuple[str, int]] = []
     declared: dict[str, int] = {}  # name -> line of its declaration
     links: list[tuple[str, str, float, float, int]] = []  # (a, b, rate, delay, line)
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(lines, start=1):
         fields = raw.split("#", 1)[0].split()
         if not fields:
             continue

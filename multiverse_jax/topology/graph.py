@@ -13,9 +13,7 @@ import dataclasses
 import numpy as np
 
 from multiverse_jax.errors import InputError
-
-PS_PER_US = 1_000_000
-BPS_PER_GBPS = 1_000_000_000
+from multiverse_jax.units import BPS_PER_GBPS, PS_PER_US
 
 
 @dataclasses.dataclass(frozen=True)

@@ -100,7 +100,7 @@ import dataclasses
 import os
 
 from multiverse_jax.errors import InputError
-from multiverse_jax.workload.textfile import read_text
+from multiverse_jax.textfile import parse_int, read_lines
 from multiverse_jax.workload import collectives
 from multiverse_jax.workload.collectives import CommConfig
 from multiverse_jax.workload.tasks import NO_STREAM, STREAM_COMM, STREAM_COMPUTE, TaskGraph, TaskGraphBuilder
@@ -149,7 +149,6 @@ _SIMAI_KEYS = ("ep", "pp", "vpp", "ga", "all_gpus", "pp_comm_bytes")
 _LAYER_FIELDS = (
     "name reserved fwd_compute fwd_type fwd_size ig_compute ig_type ig_size wg_compute wg_type wg_size update_time"
 )
-_INT64_MAX = 2**63 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,20 +198,8 @@ class LayerWorkload:
 # ----------------------------------------------------------------------------- parsing
 
 
-def _parse_int(text: str, what: str, path: str, line: int, *, minimum: int | None = None) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise InputError(f"{what}: expected an integer, got {text!r}", source=path, line=line) from None
-    if minimum is not None and value < minimum:
-        raise InputError(f"{what} must be >= {minimum}, got {value}", source=path, line=line)
-    if value > _INT64_MAX:
-        raise InputError(f"{what}: {value} does not fit in 64 bits", source=path, line=line)
-    return value
-
-
 def _parse_comm(text: str, size_text: str, what: str, path: str, line: int) -> Comm:
-    size = _parse_int(size_text, f"{what} size", path, line, minimum=0)
+    size = parse_int(size_text, f"{what} size", path, line, minimum=0)
     if text == "NONE":
         return Comm(None, None, size, text)
     for suffix in ("_DP_EP", "_EP", ""):
@@ -220,11 +207,6 @@ def _parse_comm(text: str, size_text: str, what: str, path: str, line: int) -> C
         if text.endswith(suffix) and base in _KINDS:
             return Comm(_KINDS[base], _SUFFIXES[suffix], size, text)
     raise InputError(f"{what} type: unknown collective {text!r} (valid: {_VALID_TYPES})", source=path, line=line)
-
-
-def _read_lines(path: str) -> list[str]:
-    text = read_text(path, "workload file")
-    return text.split("\n")  # whitespace splitting below drops CR, tabs and trailing spaces
 
 
 def _parse_header(tokens: list[str], path: str) -> dict:
@@ -242,7 +224,7 @@ def _parse_header(tokens: list[str], path: str) -> dict:
             if i + 1 >= len(tokens):
                 raise InputError(f"header key {key!r} is missing its value", source=path, line=1)
             if key in _LIST_KEYS:
-                count = _parse_int(tokens[i + 1], f"{key} count", path, 1, minimum=0)
+                count = parse_int(tokens[i + 1], f"{key} count", path, 1, minimum=0)
                 values = tokens[i + 2 : i + 2 + count]
                 if len(values) < count:
                     raise InputError(
@@ -250,16 +232,16 @@ def _parse_header(tokens: list[str], path: str) -> dict:
                         source=path,
                         line=1,
                     )
-                fields[name] = tuple(_parse_int(v, f"{key} layer index", path, 1, minimum=0) for v in values)
+                fields[name] = tuple(parse_int(v, f"{key} layer index", path, 1, minimum=0) for v in values)
                 i += 2 + count
                 continue
             minimum = 0 if name in ("pp_comm_bytes", "dlrm_last_bottom") else 1
-            fields[name] = _parse_int(tokens[i + 1], key.rstrip(":"), path, 1, minimum=minimum)
+            fields[name] = parse_int(tokens[i + 1], key.rstrip(":"), path, 1, minimum=minimum)
             i += 2
             continue
         if policy in _DLRM and "dlrm_last_bottom" not in fields and key.lstrip("-").isdigit():
             # ASTRA-sim 1.0 reads the last bottom-MLP layer as a bare integer after HYBRID_DLRM.
-            fields["dlrm_last_bottom"] = _parse_int(key, "last bottom layer", path, 1, minimum=0)
+            fields["dlrm_last_bottom"] = parse_int(key, "last bottom layer", path, 1, minimum=0)
             i += 1
             continue
         valid = ", ".join([*_INT_KEYS, *_LIST_KEYS])
@@ -272,7 +254,7 @@ def load_layers(path, *, dialect: str = "auto") -> LayerWorkload:
     source = os.fspath(path)
     if dialect not in ("auto", "astra-sim", "simai"):
         raise InputError(f"dialect must be 'auto', 'astra-sim' or 'simai', got {dialect!r}", source=source)
-    lines = _read_lines(source)
+    lines = read_lines(source, "workload file")
     header = lines[0].split() if lines else []
     if not header:
         raise InputError(
@@ -285,7 +267,7 @@ def load_layers(path, *, dialect: str = "auto") -> LayerWorkload:
     if len(count_tokens) != 1:
         got = "nothing" if not count_tokens else repr(" ".join(count_tokens))
         raise InputError(f"line 2 must be the number of layers (one integer), got {got}", source=source, line=2)
-    n_layers = _parse_int(count_tokens[0], "number of layers", source, 2, minimum=1)
+    n_layers = parse_int(count_tokens[0], "number of layers", source, 2, minimum=1)
 
     n_fields = 13 if policy == "HYBRID_CUSTOMIZED" else 12
     expected = _LAYER_FIELDS + (" policy" if n_fields == 13 else "")
@@ -298,7 +280,7 @@ def load_layers(path, *, dialect: str = "auto") -> LayerWorkload:
             raise InputError(f"more layer lines than the {n_layers} declared on line 2", source=source, line=number)
         if len(tok) != n_fields:
             raise InputError(f"expected {n_fields} fields ({expected}), got {len(tok)}", source=source, line=number)
-        _parse_int(tok[1], "reserved field", source, number)
+        parse_int(tok[1], "reserved field", source, number)
         layer_policy = None
         if n_fields == 13:
             layer_policy = tok[12]
@@ -306,7 +288,7 @@ def load_layers(path, *, dialect: str = "auto") -> LayerWorkload:
                 valid = ", ".join(p for p in POLICIES if p != "HYBRID_CUSTOMIZED")
                 raise InputError(f"unknown layer policy {layer_policy!r} (valid: {valid})", source=source, line=number)
         cycles = [
-            _parse_int(tok[k], what, source, number, minimum=0)
+            parse_int(tok[k], what, source, number, minimum=0)
             for k, what in ((2, "fwd_compute"), (5, "ig_compute"), (8, "wg_compute"), (11, "update_time"))
         ]
         layers.append(

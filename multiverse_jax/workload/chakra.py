@@ -66,6 +66,8 @@ import struct
 from collections import defaultdict, deque
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.textfile import read_bytes, read_text
+from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload import collectives
 from multiverse_jax.workload.collectives import CommConfig
 from multiverse_jax.workload.tasks import NO_STREAM, STREAM_COMM, STREAM_COMPUTE, TaskGraph, TaskGraphBuilder
@@ -88,7 +90,6 @@ _COLL_NAMES = {
     0: "ALL_REDUCE", 1: "REDUCE", 2: "ALL_GATHER", 3: "GATHER", 4: "SCATTER", 5: "BROADCAST",
     6: "ALL_TO_ALL", 7: "REDUCE_SCATTER", 8: "REDUCE_SCATTER_BLOCK", 9: "BARRIER",
 }  # fmt: skip
-_PS_PER_US = 1_000_000
 
 
 # ----------------------------------------------------------------------------- protobuf wire format
@@ -268,7 +269,7 @@ def _decode_node(buf: bytes, start: int, end: int) -> _Node:
 
 
 def _read_et(path: str) -> list[_Node]:
-    buf = _read_bytes(path)
+    buf = read_bytes(path, "trace file")
     if not buf:
         raise InputError("empty file: expected a GlobalMetadata record", source=path, line=1)
     nodes: list[_Node] = []
@@ -303,25 +304,10 @@ def _read_et(path: str) -> list[_Node]:
     return nodes
 
 
-def _read_bytes(path: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        raise InputError("trace file not found", source=path) from None
-    except OSError as exc:
-        raise InputError(f"cannot read trace file: {exc.strerror or exc}", source=path) from None
-
-
 def _read_json(path: str) -> list[_Node]:
-    raw = _read_bytes(path)
+    text = read_text(path, "trace file")
     try:
-        text = raw.decode("utf-8")
         data = json.loads(text)
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            "not a text file (invalid UTF-8)", source=path, line=raw[: exc.start].count(b"\n") + 1
-        ) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc.msg}", source=path, line=exc.lineno) from None
     if not isinstance(data, dict) or not isinstance(data.get("workload_graph"), list):
@@ -573,7 +559,7 @@ class _Scheduler:
             stream = STREAM_CPU if node.attrs.get("is_cpu_op") else STREAM_COMPUTE
             task = b.delay(
                 r,
-                node.duration_us * _PS_PER_US,
+                node.duration_us * PS_PER_US,
                 deps,
                 stream=stream,
                 category="compute",

@@ -18,6 +18,7 @@ import dataclasses
 import numpy as np
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.topology.routing import UNREACHABLE
 
 TRIGGER_ONESHOT, TRIGGER_MULTISHOT, TRIGGER_BARRIER = 0, 1, 2
 TRIGGER_KINDS = {"oneshot": TRIGGER_ONESHOT, "multishot": TRIGGER_MULTISHOT, "barrier": TRIGGER_BARRIER}
@@ -107,7 +108,7 @@ def make_flows(
 def check_hosts(flows: FlowSet, n_hosts: int, hops: np.ndarray) -> None:
     """Every flow joins two different, existing, mutually reachable hosts.
 
-    ``hops`` is the routing table's (N, H) hop-count matrix (huge where unreachable).
+    ``hops`` is the routing table's (N, H) hop-count matrix (``UNREACHABLE`` where there is no path).
     """
     for f in range(len(flows)):
         for role, host in (("src", flows.src[f]), ("dst", flows.dst[f])):
@@ -118,7 +119,7 @@ def check_hosts(flows: FlowSet, n_hosts: int, hops: np.ndarray) -> None:
                 )
         if flows.src[f] == flows.dst[f]:
             raise InputError(f"flow {flows.flow_id[f]}: src and dst are both host {flows.src[f]}", **flows.where(f))
-        if hops[flows.src[f], flows.dst[f]] >= np.iinfo(np.int32).max:
+        if hops[flows.src[f], flows.dst[f]] >= UNREACHABLE:
             raise InputError(
                 f"flow {flows.flow_id[f]}: destination h{flows.dst[f]} is unreachable from h{flows.src[f]}",
                 **flows.where(f),

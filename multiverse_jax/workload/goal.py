@@ -42,15 +42,16 @@ Semantics:
 from __future__ import annotations
 
 import dataclasses
+import graphlib
 import os
 import re
 from collections import defaultdict, deque
 
 from multiverse_jax.errors import InputError
-from multiverse_jax.workload.textfile import read_text
+from multiverse_jax.textfile import parse_int, read_text
+from multiverse_jax.units import PS_PER_NS
 from multiverse_jax.workload.tasks import NO_STREAM, TaskGraph, TaskGraphBuilder
 
-_PS_PER_NS = 1000
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_]*|-?\d+|[{}:]|\S")
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _KEYWORDS = {
@@ -111,19 +112,12 @@ def _strip_comments(text: str, path: str) -> list[str]:
 
 
 def _int(tokens: list[str], i: int, what: str, path: str, line: int, *, minimum: int = 0) -> int:
+    """Token i as an integer (the tokenizer splits numbers as ``-?digits``)."""
     if i >= len(tokens):
         raise InputError(f"{what}: expected an integer, the line ends", source=path, line=line)
-    text = tokens[i]
-    if not re.fullmatch(r"-?\d+", text):
-        raise InputError(f"{what}: expected an integer, got {text!r}", source=path, line=line)
-    value = int(text)
-    if value < minimum:
-        if value == -1 and what in ("source rank", "tag"):
-            raise InputError(f"{what} -1 (any) is not supported: the matching must be static", source=path, line=line)
-        raise InputError(f"{what} must be >= {minimum}, got {value}", source=path, line=line)
-    if value > 2**63 - 1:
-        raise InputError(f"{what}: {value} does not fit in 64 bits", source=path, line=line)
-    return value
+    if tokens[i] == "-1" and what in ("source rank", "tag"):
+        raise InputError(f"{what} -1 (any) is not supported: the matching must be static", source=path, line=line)
+    return parse_int(tokens[i], what, path, line, minimum=minimum)
 
 
 def _parse_op(tokens: list[str], rank: int, label: str | None, path: str, line: int) -> _Op:
@@ -157,123 +151,113 @@ def _parse_op(tokens: list[str], rank: int, label: str | None, path: str, line: 
     return _Op(rank, kind, size, peer, tag, line, label)
 
 
-def _parse(path: str) -> tuple[int, list[_Op]]:
-    text = read_text(path, "GOAL file")
+class _Reader:
+    """The statements of a GOAL file, in order: ``num_ranks``, rank blocks and their ops."""
 
-    num_ranks: int | None = None
-    num_ranks_line = 0
-    ops: list[_Op] = []
-    rank: int | None = None  # inside this rank's block
-    rank_line = 0
-    blocks: dict[int, int] = {}
-    labels: dict[str, int] = {}
-    deps: list[tuple[str, str, str, int]] = []  # open block: ("requires" | "irequires", label, label, line)
+    def __init__(self, path: str):
+        self.path = path
+        self.num_ranks: int | None = None
+        self.num_ranks_line = 0
+        self.ops: list[_Op] = []
+        self.rank: int | None = None  # inside this rank's block
+        self.rank_line = 0
+        self.blocks: dict[int, int] = {}  # rank -> line of its block
+        self.labels: dict[str, int] = {}  # open block: label -> op index
+        self.deps: list[tuple[str, str, str, int]] = []  # open block: ("requires" | "irequires", label, label, line)
 
-    def close_block() -> None:
+    def error(self, message: str, line: int) -> InputError:
+        return InputError(message, source=self.path, line=line)
+
+    def statement(self, tokens: list[str], line: int) -> list[str]:
+        """Read the statement at the start of ``tokens``; the tokens after it."""
+        if self.rank is None:
+            return self.outside_block(tokens, line)
+        if tokens[0] == "}":
+            self.close_block()
+            return tokens[1:]
+        self.inside_block(tokens, line)
+        return []
+
+    def outside_block(self, tokens: list[str], line: int) -> list[str]:
+        head = tokens[0]
+        if head == "num_ranks":
+            if self.num_ranks is not None:
+                raise self.error(f"num_ranks given twice (first on line {self.num_ranks_line})", line)
+            self.num_ranks, self.num_ranks_line = _int(tokens, 1, "num_ranks", self.path, line, minimum=1), line
+            return tokens[2:]
+        if head != "rank":
+            raise self.error(f"unexpected {head!r}: expected 'num_ranks <N>' or 'rank <r> {{'", line)
+        if self.num_ranks is None:
+            raise self.error("'num_ranks <N>' must come before the first rank block", line)
+        r = _int(tokens, 1, "rank", self.path, line)
+        if r >= self.num_ranks:
+            raise self.error(f"rank {r} out of range (num_ranks {self.num_ranks}: ranks 0..{self.num_ranks - 1})", line)
+        if r in self.blocks:
+            raise self.error(f"rank {r} has a second block (first on line {self.blocks[r]})", line)
+        if len(tokens) < 3 or tokens[2] != "{":
+            raise self.error(f"expected '{{' after 'rank {r}'", line)
+        self.rank, self.rank_line, self.blocks[r] = r, line, line
+        return tokens[3:]
+
+    def inside_block(self, tokens: list[str], line: int) -> None:
+        """A dependency line, or an operation with an optional label."""
+        head, label = tokens[0], None
+        if _IDENT.match(head) and head not in _KEYWORDS and len(tokens) > 1 and tokens[1] in (":", "requires", "irequires"):
+            if tokens[1] != ":":
+                if len(tokens) != 3 or not _IDENT.match(tokens[2]):
+                    raise self.error(f"expected '<label> {tokens[1]} <label>'", line)
+                self.deps.append((tokens[1], head, tokens[2], line))
+                return
+            label, tokens = head, tokens[2:]
+            if label in self.labels:
+                first = self.ops[self.labels[label]].line
+                raise self.error(f"label {label!r} defined twice in rank {self.rank}'s block (first on line {first})", line)
+            if not tokens:
+                raise self.error(f"label {label!r} has no operation: expected {_OPS_HELP}", line)
+        op = _parse_op(tokens, self.rank, label, self.path, line)
+        if op.kind != "calc":
+            if op.peer >= self.num_ranks:
+                raise self.error(f"{op.kind}: rank {op.peer} out of range (ranks 0..{self.num_ranks - 1})", line)
+            if op.peer == self.rank:
+                raise self.error(f"{op.kind}: rank {self.rank} cannot {op.kind} to/from itself", line)
+        if label is not None:
+            self.labels[label] = len(self.ops)
+        self.ops.append(op)
+
+    def close_block(self) -> None:
         """Resolve the block's dependencies: labels may be used before they are defined."""
-        for kind, a, b, dep_line in deps:
+        for kind, a, b, line in self.deps:
             for name in (a, b):
-                if name not in labels:
-                    raise InputError(
-                        f"{kind}: label {name!r} is not defined in rank {rank}'s block", source=path, line=dep_line
-                    )
+                if name not in self.labels:
+                    raise self.error(f"{kind}: label {name!r} is not defined in rank {self.rank}'s block", line)
             if a == b:
-                raise InputError(f"{kind}: label {a!r} depends on itself", source=path, line=dep_line)
-            getattr(ops[labels[a]], kind).append(labels[b])
-        deps.clear()
-        labels.clear()
+                raise self.error(f"{kind}: label {a!r} depends on itself", line)
+            getattr(self.ops[self.labels[a]], kind).append(self.labels[b])
+        self.deps.clear()
+        self.labels.clear()
+        self.rank = None
 
-    lines = _strip_comments(text, path)
+    def finish(self, lines: list[str]) -> tuple[int, list[_Op]]:
+        if self.rank is not None:
+            last = max((k for k, text in enumerate(lines, start=1) if text.strip()), default=self.rank_line)
+            raise self.error(
+                f"the file ends inside rank {self.rank}'s block (opened on line {self.rank_line}): expected '}}'; "
+                "truncated?",
+                last,
+            )
+        if self.num_ranks is None:
+            raise self.error("missing 'num_ranks <N>'", 1)
+        return self.num_ranks, self.ops
+
+
+def _parse(path: str) -> tuple[int, list[_Op]]:
+    lines = _strip_comments(read_text(path, "GOAL file"), path)
+    reader = _Reader(path)
     for number, line in enumerate(lines, start=1):
         tokens = _TOKEN.findall(line)
         while tokens:
-            head = tokens[0]
-            if rank is None:
-                if head == "num_ranks":
-                    if num_ranks is not None:
-                        raise InputError(
-                            f"num_ranks given twice (first on line {num_ranks_line})", source=path, line=number
-                        )
-                    num_ranks, num_ranks_line = _int(tokens, 1, "num_ranks", path, number, minimum=1), number
-                    tokens = tokens[2:]
-                elif head == "rank":
-                    if num_ranks is None:
-                        raise InputError(
-                            "'num_ranks <N>' must come before the first rank block", source=path, line=number
-                        )
-                    r = _int(tokens, 1, "rank", path, number)
-                    if r >= num_ranks:
-                        raise InputError(
-                            f"rank {r} out of range (num_ranks {num_ranks}: ranks 0..{num_ranks - 1})",
-                            source=path,
-                            line=number,
-                        )
-                    if r in blocks:
-                        raise InputError(
-                            f"rank {r} has a second block (first on line {blocks[r]})", source=path, line=number
-                        )
-                    if len(tokens) < 3 or tokens[2] != "{":
-                        raise InputError(f"expected '{{' after 'rank {r}'", source=path, line=number)
-                    rank, rank_line, blocks[r] = r, number, number
-                    tokens = tokens[3:]
-                else:
-                    raise InputError(
-                        f"unexpected {head!r}: expected 'num_ranks <N>' or 'rank <r> {{'", source=path, line=number
-                    )
-                continue
-            if head == "}":
-                close_block()
-                rank, tokens = None, tokens[1:]
-                continue
-            label = None
-            if (
-                _IDENT.match(head)
-                and head not in _KEYWORDS
-                and len(tokens) > 1
-                and tokens[1] in (":", "requires", "irequires")
-            ):
-                if tokens[1] != ":":
-                    if len(tokens) != 3 or not _IDENT.match(tokens[2]):
-                        raise InputError(f"expected '<label> {tokens[1]} <label>'", source=path, line=number)
-                    deps.append((tokens[1], head, tokens[2], number))
-                    tokens = []
-                    continue
-                label, tokens = head, tokens[2:]
-                if label in labels:
-                    raise InputError(
-                        f"label {label!r} defined twice in rank {rank}'s block "
-                        f"(first on line {ops[labels[label]].line})",
-                        source=path,
-                        line=number,
-                    )
-                if not tokens:
-                    raise InputError(
-                        f"label {label!r} has no operation: expected {_OPS_HELP}", source=path, line=number
-                    )
-            op = _parse_op(tokens, rank, label, path, number)
-            if op.kind != "calc":
-                if op.peer >= num_ranks:
-                    raise InputError(
-                        f"{op.kind}: rank {op.peer} out of range (ranks 0..{num_ranks - 1})", source=path, line=number
-                    )
-                if op.peer == rank:
-                    raise InputError(
-                        f"{op.kind}: rank {rank} cannot {op.kind} to/from itself", source=path, line=number
-                    )
-            if label is not None:
-                labels[label] = len(ops)
-            ops.append(op)
-            tokens = []
-    if rank is not None:
-        last = max((k for k, text_line in enumerate(lines, start=1) if text_line.strip()), default=rank_line)
-        raise InputError(
-            f"the file ends inside rank {rank}'s block (opened on line {rank_line}): expected '}}'; truncated?",
-            source=path,
-            line=last,
-        )
-    if num_ranks is None:
-        raise InputError("missing 'num_ranks <N>'", source=path, line=1)
-    return num_ranks, ops
+            tokens = reader.statement(tokens, number)
+    return reader.finish(lines)
 
 
 def _match(ops: list[_Op], path: str) -> dict[int, int]:
@@ -301,6 +285,42 @@ def _match(ops: list[_Op], path: str) -> dict[int, int]:
     return match
 
 
+def _topological_order(preds: list[list[int]]) -> list[int]:
+    """The ops in an order where each comes after its ``preds`` (graphlib's: the ready ops
+    by index, then the ops each releases, first come first); CycleError names a cycle."""
+    sorter = graphlib.TopologicalSorter()
+    for i in range(len(preds)):
+        sorter.add(i)
+    for i, p in enumerate(preds):
+        sorter.add(i, *p)
+    return list(sorter.static_order())
+
+
+def _names(ops: list[_Op], cycle: list[int]) -> str:
+    return " -> ".join(f"rank{ops[j].rank}:{ops[j].label or ops[j].kind}" for j in cycle)
+
+
+def _start_sets(ops: list[_Op], source: str) -> list[list[int]]:
+    """Per op, the ops whose finish its start waits for: its ``requires``, plus the start
+    sets of the ops it ``irequires`` (it starts when they start)."""
+    try:
+        order = _topological_order([op.irequires for op in ops])
+    except graphlib.CycleError as exc:
+        cycle = exc.args[1]
+        raise InputError(
+            f"irequires cycle: {_names(ops, cycle)} (each starts once the one before it has started)",
+            source=source,
+            line=ops[cycle[0]].line,
+        ) from None
+    start: list[list[int]] = [[] for _ in ops]
+    for i in order:
+        out = list(ops[i].requires)
+        for j in ops[i].irequires:
+            out.extend(start[j])
+        start[i] = list(dict.fromkeys(out))
+    return start
+
+
 def load_goal(path) -> TaskGraph:
     """A GOAL schedule as a task graph (see the module doc)."""
     source = os.fspath(path)
@@ -308,47 +328,17 @@ def load_goal(path) -> TaskGraph:
     if not ops:
         raise InputError("the schedule has no operations", source=source)
     match = _match(ops, source)
-
-    # start set of an op: the ops whose finish its start waits for (requires + irequires' start sets)
-    start: dict[int, list[int]] = {}
-
-    def start_set(i: int, trail: tuple = ()) -> list[int]:
-        if i in start:
-            return start[i]
-        if i in trail:
-            names = " -> ".join(ops[j].label or str(j) for j in (*trail[trail.index(i) :], i))
-            raise InputError(f"irequires cycle: {names}", source=source, line=ops[i].line)
-        out = list(ops[i].requires)
-        for j in ops[i].irequires:
-            out.extend(start_set(j, (*trail, i)))
-        start[i] = list(dict.fromkeys(out))
-        return start[i]
-
-    for i in range(len(ops)):
-        start_set(i)
-
-    # topological order over finish dependencies (+ recv after its send); cycles are reported
-    preds = [start[i] + ([match[i]] if i in match else []) for i in range(len(ops))]
-    users: list[list[int]] = [[] for _ in ops]
-    missing = [len(p) for p in preds]
-    for i, p in enumerate(preds):
-        for j in p:
-            users[j].append(i)
-    order = [i for i in range(len(ops)) if missing[i] == 0]
-    for i in order:  # grows while iterating
-        for u in users[i]:
-            missing[u] -= 1
-            if missing[u] == 0:
-                order.append(u)
-    if len(order) < len(ops):
-        stuck = next(i for i in range(len(ops)) if missing[i] > 0)
-        op = ops[stuck]
+    start = _start_sets(ops, source)
+    try:  # finish dependencies, and a recv after its send
+        order = _topological_order([start[i] + ([match[i]] if i in match else []) for i in range(len(ops))])
+    except graphlib.CycleError as exc:
+        cycle = exc.args[1]
         raise InputError(
-            f"{op.kind} {op.label or ''} on rank {op.rank} can never start: "
-            "its dependencies (with send/recv matching) form a cycle",
+            f"these operations can never start: their dependencies (with send/recv matching) form a cycle: "
+            f"{_names(ops, cycle)} (each waits for the one before it)",
             source=source,
-            line=op.line,
-        )
+            line=ops[cycle[0]].line,
+        ) from None
 
     b = TaskGraphBuilder(num_ranks, source=source)
     task: dict[int, int] = {}
@@ -358,7 +348,7 @@ def load_goal(path) -> TaskGraph:
         name = f"rank{op.rank}:{op.label or op.kind}"
         if op.kind == "calc":
             task[i] = b.delay(
-                op.rank, op.size * _PS_PER_NS, deps, stream=NO_STREAM, category="compute", name=name, line=op.line
+                op.rank, op.size * PS_PER_NS, deps, stream=NO_STREAM, category="compute", name=name, line=op.line
             )
         elif op.kind == "send":
             task[i] = b.send(

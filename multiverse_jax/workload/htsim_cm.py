@@ -18,34 +18,17 @@ import os
 import numpy as np
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.textfile import INT64_MAX, parse_int, read_lines
 from multiverse_jax.workload.flows import NO_TRIGGER, TRIGGER_BARRIER, TRIGGER_KINDS, FlowSet, Triggers
 from multiverse_jax.workload.triggers import check_triggers
 
 _HEADERS = ("Nodes", "Connections", "Triggers", "Failures")
 _FLOW_KEYS_WITH_VALUE = ("id", "start", "size", "trigger", "send_done_trigger", "recv_done_trigger", "prio")
 _FLOW_KEYS_NO_VALUE = ("addon",)
-_INT64_MAX = np.iinfo(np.int64).max
 
 
 def _error(message: str, path: str, line: int | None) -> InputError:
     return InputError(message, source=path, line=line)
-
-
-def _parse_int(text: str, what: str, path: str, line: int, *, minimum: int | None = None) -> int:
-    """A whole number written as an integer (``42``) or an integral number (``1e6``)."""
-    try:
-        value = decimal.Decimal(text)
-    except decimal.InvalidOperation:
-        raise _error(f"{what}: expected an integer, got {text!r}", path, line) from None
-    if not value.is_finite() or value != value.to_integral_value():
-        raise _error(f"{what}: expected an integer, got {text!r}", path, line)
-    result = int(value)
-    if minimum is not None and result < minimum:
-        bound = "> 0" if minimum == 1 else f">= {minimum}"
-        raise _error(f"{what} must be {bound}, got {text}", path, line)
-    if result > _INT64_MAX:
-        raise _error(f"{what}: {text} is too large", path, line)
-    return result
 
 
 def _parse_start_ps(text: str, path: str, line: int) -> int:
@@ -59,14 +42,14 @@ def _parse_start_ps(text: str, path: str, line: int) -> int:
     if value < 0:
         raise _error(f"start must be >= 0 picoseconds, got {text}", path, line)
     result = int(value.to_integral_value(rounding=decimal.ROUND_HALF_EVEN))
-    if result > _INT64_MAX:
+    if result > INT64_MAX:
         raise _error(f"start: {text} ps is too large", path, line)
     return result
 
 
 def _parse_endpoints(token: str, path: str, line: int) -> tuple[int, int]:
     parts = token.split("->")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    if len(parts) != 2 or not all(p.isdecimal() for p in parts):
         raise _error(
             f"malformed flow endpoints {token!r}: expected <src>-><dst> with host numbers, e.g. 0->15",
             path,
@@ -75,28 +58,11 @@ def _parse_endpoints(token: str, path: str, line: int) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def _read_lines(path: str) -> list[str]:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except FileNotFoundError:
-        raise _error("connection matrix file not found", path, None) from None
-    except OSError as exc:
-        raise _error(f"cannot read connection matrix: {exc.strerror or exc}", path, None) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise _error("not a text file (invalid UTF-8)", path, line) from None
-    # Split on \n only (so line numbers match editors), tolerating CRLF endings.
-    return [ln.rstrip("\r") for ln in text.split("\n")]
-
-
 def load_cm(path) -> FlowSet:
     """Read an htsim connection matrix into a validated FlowSet."""
     path = os.fspath(path)
     source = str(path)
-    lines = _read_lines(source)
+    lines = read_lines(source, "connection matrix file")
 
     headers: dict[str, tuple[int, int]] = {}  # name -> (value, line)
     body_started_at: int | None = None
@@ -123,7 +89,7 @@ def load_cm(path) -> FlowSet:
                 raise _error(f"duplicate header {head!r} (first on line {headers[head][1]})", source, number)
             if len(tokens) != 2:
                 raise _error(f"header {head!r} takes exactly one integer value, e.g. '{head} 4'", source, number)
-            value = _parse_int(tokens[1], head, source, number, minimum=1 if head == "Nodes" else 0)
+            value = parse_int(tokens[1], head, source, number, minimum=1 if head == "Nodes" else 0)
             headers[head] = (value, number)
             continue
 
@@ -283,15 +249,15 @@ def _parse_flow(tokens: list[str], path: str, line: int, position: int) -> dict:
             raise _error(f"flow token {key!r} is missing its value", path, line)
         value = tokens[i + 1]
         if key == "id":
-            rec[key] = _parse_int(value, "id", path, line, minimum=1)
+            rec[key] = parse_int(value, "id", path, line, minimum=1)
         elif key == "start":
             rec[key] = _parse_start_ps(value, path, line)
         elif key == "size":
-            rec[key] = _parse_int(value, "size", path, line, minimum=1)
+            rec[key] = parse_int(value, "size", path, line, minimum=1)
         elif key == "prio":
-            rec[key] = _parse_int(value, "prio", path, line, minimum=0)
+            rec[key] = parse_int(value, "prio", path, line, minimum=0)
         else:  # trigger ids
-            rec[key] = _parse_int(value, key, path, line, minimum=0)
+            rec[key] = parse_int(value, key, path, line, minimum=0)
         i += 2
 
     if "size" not in rec:
@@ -313,7 +279,7 @@ def _parse_trigger(tokens: list[str], path: str, line: int, seen: dict[int, int]
         raise _error(f"malformed trigger line: {usage}", path, line)
     if len(tokens) < 3:
         raise _error(f"trigger 'id' is missing its value: {usage}", path, line)
-    tid = _parse_int(tokens[2], "trigger id", path, line, minimum=0)
+    tid = parse_int(tokens[2], "trigger id", path, line, minimum=0)
     if tid in seen:
         raise _error(f"duplicate trigger id {tid} (first on line {seen[tid]})", path, line)
     if len(tokens) < 4:
@@ -331,7 +297,7 @@ def _parse_trigger(tokens: list[str], path: str, line: int, seen: dict[int, int]
             raise _error(f"trigger {tid}: 'count' is missing its value", path, line)
         if len(rest) > 2:
             raise _error(f"trigger {tid}: unexpected token {rest[2]!r} after the count", path, line)
-        count = _parse_int(rest[1], f"trigger {tid} count", path, line, minimum=1)
+        count = parse_int(rest[1], f"trigger {tid} count", path, line, minimum=1)
     if kind == TRIGGER_BARRIER:
         if count is None:
             raise _error(f"barrier trigger {tid} needs 'count <C>' (C >= 1)", path, line)

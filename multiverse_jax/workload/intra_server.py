@@ -57,6 +57,8 @@ from typing import NamedTuple
 import numpy as np
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.textfile import parse_int, read_text, split_lines
+from multiverse_jax.units import PS_PER_US
 
 PROG = "multiverse-jax-calibrate"
 EXIT_BAD_INPUT = 2
@@ -64,7 +66,6 @@ DEFAULT_MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "intra_se
 DEFAULT_GPU = "H100"
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "p2p")
 COLUMNS = ("gpu", "n_gpus", "collective", "alpha_us", "beta_gbytes_per_s", "source")
-PS_PER_US = 1_000_000
 
 # Compute slowdown when compute overlaps communication, per GPU type (multiplicative on the
 # compute duration). ASSUMED values in the range reported for SM / HBM contention; configurable.
@@ -162,7 +163,7 @@ class IntraServerModel:
 
 def _data_lines(text: str):
     """(line number, fields) of the non-blank, non-comment lines of a CSV text."""
-    for lineno, raw in enumerate(text.splitlines(), start=1):
+    for lineno, raw in enumerate(split_lines(text), start=1):
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
         yield lineno, next(csv.reader([raw]))
@@ -178,12 +179,7 @@ def _parse_row(fields: list[str], header: list[str], source: str, lineno: int) -
     kind = v["collective"]
     if kind not in KINDS:
         raise InputError(f"unknown collective {kind!r} (valid: {', '.join(KINDS)})", source=source, line=lineno)
-    try:
-        n = int(v["n_gpus"])
-    except ValueError:
-        raise InputError(f"n_gpus must be an integer, got {v['n_gpus']!r}", source=source, line=lineno) from None
-    if n < 1:
-        raise InputError(f"n_gpus must be >= 1, got {n}", source=source, line=lineno)
+    n = parse_int(v["n_gpus"], "n_gpus", source, lineno, minimum=1)
     nums = {}
     for col in ("alpha_us", "beta_gbytes_per_s"):
         try:
@@ -240,17 +236,13 @@ def load_model(path: str | Path | None = None, gpu_type: str | None = None) -> I
     """
     if path is None:
         return _default_model().for_gpu(gpu_type or DEFAULT_GPU)
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read the intra-server model: {exc.strerror or exc}", source=str(path)) from None
+    text = read_text(path, "intra-server model")
     return parse_model(text, source=str(path), gpu_type=gpu_type)
 
 
 @functools.lru_cache(maxsize=1)
 def _default_model() -> IntraServerModel:
-    return parse_model(DEFAULT_MODEL_PATH.read_text(), source=str(DEFAULT_MODEL_PATH))
+    return parse_model(read_text(DEFAULT_MODEL_PATH, "intra-server model"), source=str(DEFAULT_MODEL_PATH))
 
 
 def default_model(gpu_type: str = DEFAULT_GPU) -> IntraServerModel:
@@ -303,11 +295,7 @@ def fit_alpha_beta(sizes: Sequence[float], times: Sequence[float]) -> Fit:
 
 def read_points(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """``size_bytes,time_us`` rows (an optional header naming them; ``#`` comments)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read the points: {exc.strerror or exc}", source=str(path)) from None
+    text = read_text(path, "points file")
     sizes, times = [], []
     first = True
     for lineno, fields in _data_lines(text):
@@ -405,10 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rms residual = {fit.rms_residual_us:.6g} us")
         if args.out is not None:
             base = args.model or (args.out if args.out.exists() else DEFAULT_MODEL_PATH)
-            try:
-                text = Path(base).read_text()
-            except OSError as exc:
-                raise InputError(f"cannot read the base model: {exc.strerror or exc}", source=str(base)) from None
+            text = read_text(base, "base model")
             row = Row(
                 args.gpu.strip().upper(),
                 args.n_gpus,

@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.textfile import parse_int, read_lines
 from multiverse_jax.topology.graph import Topology
 from multiverse_jax.workload.flows import FlowSet
 
@@ -46,17 +47,7 @@ class PinnedRoutes:
 def load_routes(path, topology: Topology, flows: FlowSet) -> PinnedRoutes:
     """Read a pinned-route CSV for ``flows`` on ``topology``; InputError naming file:line."""
     source = str(os.fspath(path))
-    try:
-        with open(source, "rb") as handle:
-            raw = handle.read()
-    except FileNotFoundError:
-        raise InputError("route file not found", source=source) from None
-    except OSError as exc:
-        raise InputError(f"cannot read route file: {exc.strerror or exc}", source=source) from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError("not a text file (invalid UTF-8)", source=source, line=raw[: exc.start].count(b"\n") + 1) from None
+    lines = read_lines(source, "route file (workload.routes)")
 
     index_of_id: dict[int, int] = {}
     for f in range(len(flows)):
@@ -68,8 +59,8 @@ def load_routes(path, topology: Topology, flows: FlowSet) -> PinnedRoutes:
     paths: dict[tuple[int, str], list[int]] = {}
     seen_at: dict[tuple[int, str], int] = {}
     header_seen = False
-    for number, line_text in enumerate(text.split("\n"), start=1):
-        line_text = line_text.rstrip("\r").strip()
+    for number, line_text in enumerate(lines, start=1):
+        line_text = line_text.strip()
         if not line_text or line_text.startswith("#"):
             continue
         fields = [field.strip() for field in line_text.split(",")]
@@ -85,10 +76,7 @@ def load_routes(path, topology: Topology, flows: FlowSet) -> PinnedRoutes:
                 f"expected 3 fields 'id,kind,path', got {len(fields)}: {line_text!r}", source=source, line=number
             )
         id_text, kind, path_text = fields
-        try:
-            fid = int(id_text)
-        except ValueError:
-            raise InputError(f"id: expected an integer flow id, got {id_text!r}", source=source, line=number) from None
+        fid = parse_int(id_text, "id (a flow id)", source, number)
         if fid not in index_of_id:
             raise InputError(f"unknown flow id {fid}: no flow has that id", source=source, line=number)
         if kind not in _KINDS:

@@ -21,6 +21,7 @@ dependency exists, no cycles) and returns an immutable ``TaskGraph``.
 from __future__ import annotations
 
 import dataclasses
+import graphlib
 from collections.abc import Iterable
 
 import numpy as np
@@ -208,30 +209,21 @@ class TaskGraphBuilder:
 
 
 def _check_acyclic(deps: np.ndarray, tasks: list[_Task], source: str) -> None:
-    """Kahn's algorithm; a cycle is reported with the tasks on it."""
-    n = deps.shape[0]
-    indegree = np.sum(deps >= 0, axis=1)
-    users: list[list[int]] = [[] for _ in range(n)]
-    for i, row in enumerate(deps):
-        for d in row[row >= 0]:
-            users[d].append(i)
-    ready = list(np.flatnonzero(indegree == 0))
-    seen = 0
-    while ready:
-        i = ready.pop()
-        seen += 1
-        for u in users[i]:
-            indegree[u] -= 1
-            if indegree[u] == 0:
-                ready.append(u)
-    if seen < n:
-        stuck = np.flatnonzero(indegree > 0)
-        # Walk back along unfinished dependencies until a task repeats: that is a cycle.
-        i, path = int(stuck[0]), []
-        while i not in path:
-            path.append(i)
-            i = int(next(d for d in deps[i] if d >= 0 and indegree[d] > 0))
-        cycle = path[path.index(i):] + [i]
+    """A cycle is an InputError listing the tasks on it.
+
+    Tasks that depend only on earlier ones (what the builders make) cannot form a cycle;
+    otherwise ``graphlib`` looks for one.
+    """
+    if (deps < np.arange(len(deps))[:, None]).all():  # padding (-1) too
+        return
+    sorter = graphlib.TopologicalSorter({i: row[row >= 0].tolist() for i, row in enumerate(deps)})
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as exc:
+        cycle = exc.args[1]
         names = " -> ".join(tasks[j].name or str(j) for j in cycle)
-        line = tasks[cycle[0]].line or None
-        raise InputError(f"the task dependencies have a cycle: {names}", source=source, line=line)
+        raise InputError(
+            f"the task dependencies have a cycle: {names} (each waits for the one before it)",
+            source=source,
+            line=tasks[cycle[0]].line or None,
+        ) from None
