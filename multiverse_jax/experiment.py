@@ -33,7 +33,7 @@ from multiverse_jax.topology.routing import EcmpTable, ecmp_table
 from multiverse_jax.workload.flows import FlowSet, check_hosts
 from multiverse_jax.workload.routes import PinnedRoutes
 from multiverse_jax.workload.tasks import TaskGraph
-from multiverse_jax.workload.triggers import check_triggers
+from multiverse_jax.workload.triggers import check_triggers, trigger_tables
 
 
 def _choice(kind, key: str, value):
@@ -72,6 +72,11 @@ class Experiment:
     def routing(self) -> EcmpTable:
         """The ECMP routing table of ``topology``, built once per experiment (or ``ecmp`` if given)."""
         return self.ecmp if self.ecmp is not None else ecmp_table(self.topology)
+
+    @functools.cached_property
+    def triggers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``trigger_tables(flows)``: (T, A) activators, (T, A) activation at the receiver, (F,) rank."""
+        return trigger_tables(self.flows)
 
     def validate(self) -> None:
         """Check what the config groups cannot check alone: flows against the topology and the

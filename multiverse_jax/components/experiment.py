@@ -6,17 +6,21 @@ to every array leaf (``Params.static`` is not a leaf: one value for the whole ba
 from __future__ import annotations
 
 import chex
+import numpy as np
 from flax import struct
 
-from multiverse_jax.components.cc import CcParams, CcState
-from multiverse_jax.components.flows import FlowParams, FlowState
-from multiverse_jax.components.links import LinkParams, LinkState
-from multiverse_jax.components.nodes import NicParams, NodeParams
-from multiverse_jax.components.packets import PacketState
-from multiverse_jax.components.ports import PortParams, PortState
-from multiverse_jax.components.samples import SampleState
+from multiverse_jax.components.cc import CcParams, CcState, cc_params, initial_cc_state
+from multiverse_jax.components.flows import FlowParams, FlowState, flow_params, flow_start_ps, initial_flow_state
+from multiverse_jax.components.links import LinkParams, LinkState, initial_link_state, link_params
+from multiverse_jax.components.nodes import NicParams, NodeParams, nic_params, node_params
+from multiverse_jax.components.packets import PacketState, initial_packet_state
+from multiverse_jax.components.ports import PortParams, PortState, initial_port_state, port_params
+from multiverse_jax.components.samples import SampleState, initial_sample_state
 from multiverse_jax.components.static import Static
-from multiverse_jax.components.tasks import TaskParams, TaskState
+from multiverse_jax.components.tasks import TaskParams, TaskState, initial_task_state, task_params
+from multiverse_jax.conf.schema import CcKind, LbKind
+from multiverse_jax.experiment import Experiment
+from multiverse_jax.units import NEVER, PS_PER_US
 
 # Bits of the per-experiment error word (checked on the host after every call).
 ERROR_POOL_FULL = 1 << 0  # a host had more unacknowledged packets than sim.packets_per_host
@@ -78,3 +82,56 @@ class State:
     error: chex.Array  # () int32 ERROR_* bits
     n_windows: chex.Array  # () int64 windows stepped (the clock may also jump)
     n_packet_hops: chex.Array  # () int64 packet transmissions (one per link a packet crosses)
+
+
+CC_CODES = {CcKind.none: CC_NONE, CcKind.dcqcn: CC_DCQCN, CcKind.dctcp: CC_DCTCP, CcKind.hpcc: CC_HPCC, CcKind.timely: CC_TIMELY}
+LB_CODES = {LbKind.ecmp: LB_ECMP, LbKind.spray: LB_SPRAY, LbKind.flowlet: LB_FLOWLET}
+
+
+def _ps(us: float) -> np.int64:
+    return np.int64(round(us * PS_PER_US))
+
+
+def experiment_params(exp: Experiment, s: Static) -> Params:
+    """One experiment's ``Params`` (NumPy, unbatched), padded to ``s``: each component builds its own."""
+    return Params(
+        static=s,
+        links=link_params(exp, s),
+        ports=port_params(exp, s),
+        nodes=node_params(exp, s),
+        nics=nic_params(exp, s),
+        flows=flow_params(exp, s),
+        tasks=task_params(exp, s),
+        window_ps=np.int64(exp.topology.link_delay_ps.min()),
+        payload_bytes=np.int32(exp.packet.payload_bytes),
+        header_bytes=np.int32(exp.packet.header_bytes),
+        ack_bytes=np.int32(exp.packet.ack_bytes),
+        max_time_ps=_ps(exp.sim.max_time_us),
+        cc_kind=np.int32(CC_CODES[exp.cc]),
+        cc=cc_params(exp, exp.routing),
+        lb_kind=np.int32(LB_CODES[exp.lb]),
+        flowlet_gap_ps=_ps(exp.switch.flowlet_gap_us),
+        sample_interval_ps=np.int64(max(1, round(exp.sim.sample_interval_us * PS_PER_US))),
+    )
+
+
+def initial_state(exp: Experiment, params: Params) -> State:
+    """One experiment's initial ``State`` (NumPy, unbatched), padded to ``params.static``. Its
+    clock starts at the first flow that starts by time (0 if every flow waits on a trigger or task)."""
+    s, topo, flows = params.static, exp.topology, exp.flows
+    start_ps = flow_start_ps(exp)
+    line_rate_bps = topo.link_rate_bps[topo.host_port()[flows.src]]
+    return State(
+        time_ps=np.int64(start_ps.min() if np.any(start_ps != NEVER) else 0),
+        links=initial_link_state(s),
+        ports=initial_port_state(s),
+        packets=initial_packet_state(s),
+        flows=initial_flow_state(exp, s),
+        cc=initial_cc_state(exp, params.cc, line_rate_bps, s),
+        tasks=initial_task_state(s),
+        samples=initial_sample_state(exp, s),
+        done=np.bool_(False),
+        error=np.int32(0),
+        n_windows=np.int64(0),
+        n_packet_hops=np.int64(0),
+    )

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import chex
 from flax import struct
+import jax.numpy as jnp
+import numpy as np
+
+from multiverse_jax.components.padding import pad
+from multiverse_jax.components.static import Static
+from multiverse_jax.experiment import Experiment
+from multiverse_jax.ops.hashing import mix32
+from multiverse_jax.units import NEVER
+from multiverse_jax.workload.routes import PinnedRoutes
 
 
 @struct.dataclass
@@ -37,3 +46,61 @@ class FlowState:
     flow_finish_ps: chex.Array  # (F,) int64 sender has the last ACK (NEVER until then)
     flow_last_send_ps: chex.Array  # (F,) int64 start of the flow's latest packet (-1: none yet)
     flow_flowlet: chex.Array  # (F,) uint32 flowlets the flow has started (LB_FLOWLET)
+
+
+def flow_hash(seed: int, n_flows: int) -> np.ndarray:
+    """(F,) uint32 seeded per-flow ECMP hash: the switches' hash of (seed, flow index)."""
+    flows = np.arange(n_flows, dtype=np.uint32)
+    seed_hash = mix32(jnp.uint32((seed + 0x9E3779B9) & 0xFFFFFFFF))  # never 0, even for seed 0
+    return np.asarray(mix32(seed_hash ^ jnp.asarray(flows)))
+
+
+def flow_start_ps(exp: Experiment) -> np.ndarray:
+    """(n,) int64 each flow's start time; NEVER for a flow that waits on a trigger or a task."""
+    flows, graph = exp.flows, exp.tasks
+    flow_task = graph.flow_tasks if graph is not None else np.full(len(flows), -1)
+    triggered = (flows.trigger >= 0) | (flow_task >= 0)
+    return np.where(triggered, NEVER, flows.start_ps).astype(np.int64)
+
+
+def flow_params(exp: Experiment, s: Static) -> FlowParams:
+    """The experiment's flows and triggers padded to F flows and (T, A) triggers (padded
+    flows never start, so they count as finished)."""
+    flows, n = exp.flows, s.n_flows
+    routes = exp.routes if exp.routes is not None else PinnedRoutes.none(len(flows))
+    flow_task = exp.tasks.flow_tasks if exp.tasks is not None else np.full(len(flows), -1)
+    activator, activator_is_recv, rank = exp.triggers
+    return FlowParams(
+        flow_valid=pad(np.ones(len(flows), bool), (n,), False),
+        flow_src=pad(flows.src.astype(np.int32), (n,), 0),
+        flow_dst=pad(flows.dst.astype(np.int32), (n,), 0),
+        flow_size_bytes=pad(flows.size_bytes.astype(np.int64), (n,), 0),
+        flow_n_packets=pad((-(-flows.size_bytes // exp.packet.payload_bytes)).astype(np.int32), (n,), 0),
+        flow_start_ps=pad(flow_start_ps(exp), (n,), NEVER),
+        flow_hash=pad(flow_hash(exp.sim.seed, len(flows)), (n,), 0),
+        flow_priority=pad(flows.prio.astype(np.int32), (n,), 0),
+        flow_trigger=pad(flows.trigger.astype(np.int32), (n,), -1),
+        flow_task=pad(flow_task.astype(np.int32), (n,), -1),
+        flow_trigger_rank=pad(rank.astype(np.int32), (n,), 0),
+        flow_pinned_data=pad(routes.data_ports.astype(np.int32), (n, s.pinned_len), -1),
+        flow_pinned_ack=pad(routes.ack_ports.astype(np.int32), (n, s.pinned_len), -1),
+        trigger_activator=pad(activator.astype(np.int32), (s.n_triggers, s.n_activators), -1),
+        trigger_activator_is_recv=pad(activator_is_recv.astype(bool), (s.n_triggers, s.n_activators), False),
+    )
+
+
+def initial_flow_state(exp: Experiment, s: Static) -> FlowState:
+    """Nothing sent yet; flows that start by time have begun at their start time."""
+    n = s.n_flows
+    return FlowState(
+        flow_begin_ps=pad(flow_start_ps(exp), (n,), NEVER),
+        flow_sent_packets=np.zeros(n, np.int32),
+        flow_next_send_ps=np.zeros(n, np.int64),
+        flow_rx_packets=np.zeros(n, np.int32),
+        flow_rx_bytes=np.zeros(n, np.int64),
+        flow_acked_packets=np.zeros(n, np.int32),
+        flow_rx_finish_ps=np.full(n, NEVER, np.int64),
+        flow_finish_ps=np.full(n, NEVER, np.int64),
+        flow_last_send_ps=np.full(n, -1, np.int64),
+        flow_flowlet=np.zeros(n, np.uint32),
+    )

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import chex
 from flax import struct
+import numpy as np
+
+from multiverse_jax.components.padding import pad
+from multiverse_jax.components.static import Static
+from multiverse_jax.experiment import Experiment
 
 
 @struct.dataclass
@@ -16,3 +21,17 @@ class NodeParams:
 @struct.dataclass
 class NicParams:
     nic_port: chex.Array  # (H,) int32 egress port (directed link) of each host's NIC (0 for padding)
+
+
+def node_params(exp: Experiment, s: Static) -> NodeParams:
+    """Which nodes are hosts, and the experiment's ECMP table padded to (N, H, W)."""
+    topo, routing = exp.topology, exp.routing
+    return NodeParams(
+        node_is_host=pad(np.arange(topo.n_nodes) < topo.n_hosts, (s.n_nodes,), False),
+        route_next_port=pad(routing.next_port, (s.n_nodes, s.n_hosts, s.route_width), -1),
+        route_n_next=pad(routing.n_next, (s.n_nodes, s.n_hosts), 0),
+    )
+
+
+def nic_params(exp: Experiment, s: Static) -> NicParams:
+    return NicParams(nic_port=pad(exp.topology.host_port(), (s.n_hosts,), 0))

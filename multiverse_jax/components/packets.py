@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import chex
 from flax import struct
+import numpy as np
+
+from multiverse_jax.components.static import Static
 
 
 @struct.dataclass
@@ -39,3 +42,28 @@ class PacketState:
     pkt_int_ts_ps: chex.Array  # (S_total, Hi) int64 when the packet started leaving it
     pkt_int_tx_bytes: chex.Array  # (S_total, Hi) int64 bytes the port had sent, the packet included
     pkt_int_qlen_bytes: chex.Array  # (S_total, Hi) int64 bytes queued at the port as the packet left
+
+
+def initial_packet_state(s: Static) -> PacketState:
+    """An empty pool of H * S slots."""
+    n_slots, hops = s.n_slots, (s.n_slots, s.int_hops)
+    return PacketState(
+        pkt_valid=np.zeros(n_slots, bool),
+        pkt_is_ack=np.zeros(n_slots, bool),
+        pkt_flow=np.zeros(n_slots, np.int32),
+        pkt_seq=np.zeros(n_slots, np.int32),
+        pkt_bytes=np.zeros(n_slots, np.int32),
+        pkt_port=np.zeros(n_slots, np.int32),
+        pkt_in_flight=np.zeros(n_slots, bool),
+        pkt_time_ps=np.zeros(n_slots, np.int64),
+        pkt_ingress=np.full(n_slots, -1, np.int32),
+        pkt_hop=np.zeros(n_slots, np.int32),
+        pkt_path_salt=np.zeros(n_slots, np.uint32),
+        pkt_ecn=np.zeros(n_slots, bool),
+        pkt_cnp=np.zeros(n_slots, bool),
+        pkt_sent_ps=np.zeros(n_slots, np.int64),
+        pkt_int_port=np.full(hops, -1, np.int32),
+        pkt_int_ts_ps=np.zeros(hops, np.int64),
+        pkt_int_tx_bytes=np.zeros(hops, np.int64),
+        pkt_int_qlen_bytes=np.zeros(hops, np.int64),
+    )

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import chex
 from flax import struct
+import numpy as np
+
+from multiverse_jax.components.padding import pad
+from multiverse_jax.components.static import Static
+from multiverse_jax.experiment import Experiment
 
 
 @struct.dataclass
@@ -22,3 +27,26 @@ class PortState:
     port_free_ps: chex.Array  # (P,) int64 when the port finishes its current transmission
     port_max_queue_bytes: chex.Array  # (P,) int64 largest queue seen (bytes, both classes)
     port_tx_bytes: chex.Array  # (P,) int64 wire bytes sent (for utilisation)
+
+
+UNLIMITED_BYTES = 1 << 62  # NIC egress queues hold only ACKs and are never the bottleneck
+
+
+def port_params(exp: Experiment, s: Static) -> PortParams:
+    """Switch ports get ``switch.buffer_bytes``; NIC ports (and padding) an unlimited buffer."""
+    topo = exp.topology
+    port_host = np.where(topo.link_src < topo.n_hosts, topo.link_src, -1).astype(np.int32)
+    buffer_bytes = np.where(port_host >= 0, UNLIMITED_BYTES, exp.switch.buffer_bytes).astype(np.int64)
+    return PortParams(
+        port_buffer_bytes=pad(buffer_bytes, (s.n_ports,), UNLIMITED_BYTES),
+        port_host=pad(port_host, (s.n_ports,), -1),
+    )
+
+
+def initial_port_state(s: Static) -> PortState:
+    """Idle ports: free from time 0, nothing sent."""
+    return PortState(
+        port_free_ps=np.zeros(s.n_ports, np.int64),
+        port_max_queue_bytes=np.zeros(s.n_ports, np.int64),
+        port_tx_bytes=np.zeros(s.n_ports, np.int64),
+    )

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import chex
 from flax import struct
+import numpy as np
+
+from multiverse_jax.components.static import Static
+from multiverse_jax.experiment import Experiment
+from multiverse_jax.units import NEVER, PS_PER_US
 
 
 @struct.dataclass
@@ -22,3 +27,17 @@ class SampleState:
     sample_flow_window_bytes: chex.Array  # (R, F) float64 congestion window (0 without one)
     sample_flow_rx_bytes: chex.Array  # (R, F) int64 payload bytes delivered so far
     sample_port_queue_bytes: chex.Array  # (R, P) int64 bytes queued at each egress port
+
+
+def initial_sample_state(exp: Experiment, s: Static) -> SampleState:
+    """Empty rings; the first sample one ``sim.sample_interval_us`` in (never when it is 0)."""
+    interval_us = exp.sim.sample_interval_us
+    return SampleState(
+        sample_count=np.int64(0),
+        next_sample_ps=np.int64(round(interval_us * PS_PER_US)) if interval_us > 0 else NEVER,
+        sample_time_ps=np.zeros(s.n_samples, np.int64),
+        sample_flow_rate_bps=np.zeros((s.n_samples, s.n_flows)),
+        sample_flow_window_bytes=np.zeros((s.n_samples, s.n_flows)),
+        sample_flow_rx_bytes=np.zeros((s.n_samples, s.n_flows), np.int64),
+        sample_port_queue_bytes=np.zeros((s.n_samples, s.n_ports), np.int64),
+    )

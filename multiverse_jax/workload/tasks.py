@@ -56,6 +56,17 @@ class TaskGraph:
     def __len__(self) -> int:
         return int(self.kind.shape[0])
 
+    @classmethod
+    def empty(cls) -> "TaskGraph":
+        """No tasks (an experiment whose flows start by time or trigger)."""
+        none = np.zeros(0, np.int64)
+        return cls(
+            kind=none.astype(np.int8), gpu=none.astype(np.int32), peer=none.astype(np.int32), size_bytes=none,
+            duration_ps=none, stream=none.astype(np.int8), prio=none.astype(np.int32),
+            deps=np.zeros((0, 1), np.int32), category=none.astype(object), name=none.astype(object),
+            line=none.astype(np.int32), n_gpus=0,
+        )
+
     @property
     def flow_tasks(self) -> np.ndarray:
         """Indices of the flow tasks, in order: flow i of ``flow_set()`` is task ``flow_tasks[i]``."""
