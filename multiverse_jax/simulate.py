@@ -45,8 +45,8 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
     n = len(flows)
     fs = jax.tree.map(lambda x: np.asarray(x[e, :n]), state.flows)
     begin, finish, rx_finish = us_from_ps(fs.flow_begin_ps), us_from_ps(fs.flow_finish_ps), us_from_ps(fs.flow_rx_finish_ps)
-    marks = np.asarray(state.cc.ecn_marked_packets[e, :n])
-    cnps = np.asarray(state.cc.cnps_sent[e, :n])
+    marks = np.asarray(state.cc.flow_ecn_marked_packets[e, :n])
+    cnps = np.asarray(state.cc.dcqcn.flow_cnps_sent[e, :n])
     return {
         "id": flows.flow_id,
         "src": flows.src,

@@ -25,7 +25,15 @@ import pytest
 import multiverse_jax  # noqa: F401  (switches on 64-bit JAX)
 from multiverse_jax.cc import dcqcn, dctcp, hpcc, timely
 from multiverse_jax.cc.events import AckEvent
-from multiverse_jax.components.cc import GATE_ENTRIES, CcParams, CcState
+from multiverse_jax.components.cc import (
+    GATE_ENTRIES,
+    CcParams,
+    CcState,
+    DcqcnState,
+    DctcpState,
+    HpccState,
+    TimelyState,
+)
 
 F = 6  # flows per call: scenarios run side by side as the flow axis
 HI = 3  # INT hops per packet
@@ -75,44 +83,64 @@ PARAM_DEFAULTS = {
     "timely_min_rate_bps": (1e9, np.float64),
 }
 
-# Per-flow state of one lane: name: (default, dtype).
-LANE_DEFAULTS = {
-    "rate_bps": (LINE, np.float64),
-    "window_bytes": (0.0, np.float64),
-    "alpha": (1.0, np.float64),
-    "target_rate_bps": (LINE, np.float64),
-    "cnp_seen_alpha": (False, np.bool_),
-    "cnp_seen_decrease": (False, np.bool_),
-    "rate_limited": (False, np.bool_),
-    "timer_stage": (0, np.int32),
-    "byte_stage": (0, np.int32),
-    "bytes_counted": (0, np.int64),
-    "alpha_timer_ps": (NEVER, np.int64),
-    "decrease_timer_ps": (NEVER, np.int64),
-    "increase_timer_ps": (NEVER, np.int64),
-    "byte_event_ps": (NEVER, np.int64),
-    "last_cnp_ps": (-(1 << 60), np.int64),
-    "ecn_marked_packets": (0, np.int32),
-    "cnps_sent": (0, np.int32),
-    "ssthresh_bytes": (math.inf, np.float64),
-    "in_cwr": (False, np.bool_),
-    "cwr_high_seq": (0, np.int32),
-    "acks_in_round": (0, np.int32),
-    "marks_in_round": (0, np.int32),
-    "last_update_seq": (0, np.int32),
-    "started": (False, np.bool_),
-    "hpcc_u": (0.0, np.float64),
-    "hpcc_wc_bytes": (0.0, np.float64),
-    "stage": (0, np.int32),
-    "last_rtt_ps": (0, np.int64),
-    "rtt_diff_ps": (0.0, np.float64),
+# Per-flow state of one lane: name: (default, dtype). The fields every algorithm shares
+# (CcState.flow_*) ...
+SHARED_DEFAULTS = {
+    "flow_rate_bps": (LINE, np.float64),
+    "flow_window_bytes": (0.0, np.float64),
+    "flow_ecn_marked_packets": (0, np.int32),
 }
-HOP_DEFAULTS = {
-    "int_port": (-1, np.int32),
-    "int_ts_ps": (0, np.int64),
-    "int_tx_bytes": (0, np.int64),
-    "int_qlen_bytes": (0, np.int64),
+GATE_FIELDS = {"flow_gate_allow_bytes", "flow_gate_ps"}  # (F, GATE_ENTRIES), not per lane
+# ... and each algorithm's own (CcState.<algorithm>.flow_*).
+ALGO_DEFAULTS = {
+    "dcqcn": {
+        "flow_target_rate_bps": (LINE, np.float64),
+        "flow_alpha": (1.0, np.float64),
+        "flow_cnp_seen_alpha": (False, np.bool_),
+        "flow_cnp_seen_decrease": (False, np.bool_),
+        "flow_rate_limited": (False, np.bool_),
+        "flow_timer_stage": (0, np.int32),
+        "flow_byte_stage": (0, np.int32),
+        "flow_bytes_counted": (0, np.int64),
+        "flow_alpha_timer_ps": (NEVER, np.int64),
+        "flow_decrease_timer_ps": (NEVER, np.int64),
+        "flow_increase_timer_ps": (NEVER, np.int64),
+        "flow_byte_event_ps": (NEVER, np.int64),
+        "flow_last_cnp_ps": (-(1 << 60), np.int64),
+        "flow_cnps_sent": (0, np.int32),
+    },
+    "dctcp": {
+        "flow_alpha": (1.0, np.float64),
+        "flow_ssthresh_bytes": (math.inf, np.float64),
+        "flow_in_cwr": (False, np.bool_),
+        "flow_cwr_high_seq": (0, np.int32),
+        "flow_acks_in_round": (0, np.int32),
+        "flow_marks_in_round": (0, np.int32),
+        "flow_round_end_seq": (0, np.int32),
+        "flow_started": (False, np.bool_),
+    },
+    "hpcc": {
+        "flow_inflight_u": (0.0, np.float64),
+        "flow_ref_window_bytes": (0.0, np.float64),
+        "flow_inc_stage": (0, np.int32),
+        "flow_round_end_seq": (0, np.int32),
+        "flow_has_int": (False, np.bool_),
+    },
+    "timely": {
+        "flow_prev_rtt_ps": (0, np.int64),
+        "flow_rtt_diff_ps": (0.0, np.float64),
+        "flow_increases": (0, np.int32),
+        "flow_round_end_seq": (0, np.int32),
+        "flow_has_rtt": (False, np.bool_),
+    },
 }
+HOP_DEFAULTS = {  # HPCC's last INT per hop: (F, HI), one value per hop
+    "flow_int_port": (-1, np.int32),
+    "flow_int_ts_ps": (0, np.int64),
+    "flow_int_tx_bytes": (0, np.int64),
+    "flow_int_qlen_bytes": (0, np.int64),
+}
+STATE_CLASSES = {"dcqcn": DcqcnState, "dctcp": DctcpState, "hpcc": HpccState, "timely": TimelyState}
 
 
 def make_params(**overrides):
@@ -127,17 +155,36 @@ def make_params(**overrides):
     return CcParams(**arrays), SimpleNamespace(**plain)
 
 
-def make_state(lanes=()):
-    """CcState of F flows; lane i takes its values from ``lanes[i]`` (a dict), else defaults."""
+def own_defaults(algo):
+    """name: (default, dtype) of the fields of ``algo``'s own state; hop fields hold HI values."""
+    hops = {name: ([default] * HI, dtype) for name, (default, dtype) in HOP_DEFAULTS.items()}
+    return {**ALGO_DEFAULTS[algo], **(hops if algo == "hpcc" else {})}
+
+
+def columns(defaults, lanes):
+    """{name: array over the lanes}: each lane's value if it sets one, else the default."""
+    return {
+        name: np.array([lane.get(name, default) for lane in lanes], dtype)
+        for name, (default, dtype) in defaults.items()
+    }
+
+
+def make_state(lanes=(), algo=None):
+    """CcState of F flows at the defaults; lane i takes values from ``lanes[i]`` (a dict of
+    shared fields and fields of the state of ``algo``)."""
     lanes = list(lanes) + [{}] * (F - len(lanes))
-    arrays = {}
-    for name, (default, dtype) in LANE_DEFAULTS.items():
-        arrays[name] = np.array([lane.get(name, default) for lane in lanes], dtype)
-    for name, (default, dtype) in HOP_DEFAULTS.items():
-        arrays[name] = np.array([lane.get(name, [default] * HI) for lane in lanes], dtype)
-    arrays["gate_allow_bytes"] = np.full((F, GATE_ENTRIES), np.inf)
-    arrays["gate_ps"] = np.full((F, GATE_ENTRIES), NEVER, np.int64)
-    return CcState(**arrays)
+    known = set(SHARED_DEFAULTS) | (set(own_defaults(algo)) if algo else set())
+    assert all(set(lane) <= known for lane in lanes), [set(lane) - known for lane in lanes]
+    states = {
+        name: cls(**columns(own_defaults(name), lanes if name == algo else [{}] * F))
+        for name, cls in STATE_CLASSES.items()
+    }
+    return CcState(
+        **columns(SHARED_DEFAULTS, lanes),
+        flow_gate_allow_bytes=np.full((F, GATE_ENTRIES), np.inf),
+        flow_gate_ps=np.full((F, GATE_ENTRIES), NEVER, np.int64),
+        **states,
+    )
 
 
 def make_ack(**fields):
@@ -168,21 +215,26 @@ def pad(values, fill):
 
 
 class Lane:
-    """A reference flow: attributes named as the CcState fields it models."""
+    """A reference flow of algorithm ALGO: attributes named as the fields it models, the
+    shared ones (``CcState.flow_*``) and its own (``CcState.<ALGO>.flow_*``)."""
 
+    ALGO = ""
     FIELDS: tuple = ()
 
     def __init__(self, **init):
-        for name, (default, _) in {**LANE_DEFAULTS, **HOP_DEFAULTS}.items():
-            value = init.get(name, default if name in LANE_DEFAULTS else [default] * HI)
+        defaults = {**SHARED_DEFAULTS, **own_defaults(self.ALGO)}
+        assert set(init) <= set(defaults), set(init) - set(defaults)
+        for name, (default, _) in defaults.items():
+            value = init.get(name, default)
             setattr(self, name, list(value) if name in HOP_DEFAULTS else value)
         self.log = []  # which branches this flow's updates took (coverage checks)
 
 
 def check_lane(host, lane, ref, names, context="", rel=REL):
     """Library state (host copy) of ``lane`` equals the reference on ``names``."""
+    own = getattr(host, ref.ALGO)
     for name in names:
-        got = np.asarray(getattr(host, name))[lane]
+        got = np.asarray(getattr(host if name in SHARED_DEFAULTS else own, name))[lane]
         want = getattr(ref, name)
         if isinstance(want, list):
             ok = [int(x) for x in got] == want
@@ -203,10 +255,16 @@ def check_lanes(state, refs, context="", rel=REL):
 
 
 def test_helpers_cover_every_field():
-    """The builders above set every field of CcParams / CcState / AckEvent."""
-    assert set(PARAM_DEFAULTS) == {f.name for f in dataclasses.fields(CcParams)}
-    state_fields = {f.name for f in dataclasses.fields(CcState)}
-    assert set(LANE_DEFAULTS) | set(HOP_DEFAULTS) | {"gate_allow_bytes", "gate_ps"} == state_fields
+    """The builders above set every field of CcParams and CcState (each algorithm's state
+    included)."""
+
+    def names(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+
+    assert set(PARAM_DEFAULTS) == names(CcParams)
+    assert set(SHARED_DEFAULTS) | GATE_FIELDS | set(STATE_CLASSES) == names(CcState)
+    for algo, cls in STATE_CLASSES.items():
+        assert set(own_defaults(algo)) == names(cls), algo
 
 
 # One compilation per rule for the whole file.
@@ -233,47 +291,48 @@ NO_TIMER = -1  # ``which`` of a flow whose timer does not fire in this call
 class RefDcqcn(Lane):
     """The DCQCN reaction point of one flow (Zhu et al. 2015; Mellanox timers)."""
 
+    ALGO = "dcqcn"
     FIELDS = (
-        "rate_bps",
-        "target_rate_bps",
-        "alpha",
-        "cnp_seen_alpha",
-        "cnp_seen_decrease",
-        "rate_limited",
-        "timer_stage",
-        "byte_stage",
-        "bytes_counted",
-        "alpha_timer_ps",
-        "decrease_timer_ps",
-        "increase_timer_ps",
-        "byte_event_ps",
+        "flow_rate_bps",
+        "flow_target_rate_bps",
+        "flow_alpha",
+        "flow_cnp_seen_alpha",
+        "flow_cnp_seen_decrease",
+        "flow_rate_limited",
+        "flow_timer_stage",
+        "flow_byte_stage",
+        "flow_bytes_counted",
+        "flow_alpha_timer_ps",
+        "flow_decrease_timer_ps",
+        "flow_increase_timer_ps",
+        "flow_byte_event_ps",
     )
 
     def ack(self, p, t, cnp):
         if not cnp:
             return  # DCQCN only reads the CNP flag
-        if not self.rate_limited:  # first CNP
-            self.rate_limited = True
-            self.rate_bps = self.rate_bps * p.dcqcn_rate_on_first_cnp
-            self.target_rate_bps = self.rate_bps
-            self.alpha = 1.0
-            self.cnp_seen_alpha = False  # alpha starts at 1: this CNP is already in it
-            self.cnp_seen_decrease = True  # the first decrease check cuts
-            self.alpha_timer_ps = t + p.dcqcn_alpha_timer_ps
-            self.decrease_timer_ps = t + p.dcqcn_decrease_interval_ps
+        if not self.flow_rate_limited:  # first CNP
+            self.flow_rate_limited = True
+            self.flow_rate_bps = self.flow_rate_bps * p.dcqcn_rate_on_first_cnp
+            self.flow_target_rate_bps = self.flow_rate_bps
+            self.flow_alpha = 1.0
+            self.flow_cnp_seen_alpha = False  # alpha starts at 1: this CNP is already in it
+            self.flow_cnp_seen_decrease = True  # the first decrease check cuts
+            self.flow_alpha_timer_ps = t + p.dcqcn_alpha_timer_ps
+            self.flow_decrease_timer_ps = t + p.dcqcn_decrease_interval_ps
             self.log.append("first")
         else:
-            self.cnp_seen_alpha = True
-            self.cnp_seen_decrease = True
+            self.flow_cnp_seen_alpha = True
+            self.flow_cnp_seen_decrease = True
 
     def next_timer(self):
         """(time, which) of the next timer; ties: alpha, decrease, increase, bytes."""
         best_t, best_w = NEVER, ALPHA
         for t, w in (
-            (self.alpha_timer_ps, ALPHA),
-            (self.decrease_timer_ps, DECREASE),
-            (self.increase_timer_ps, INCREASE),
-            (self.byte_event_ps, BYTES),
+            (self.flow_alpha_timer_ps, ALPHA),
+            (self.flow_decrease_timer_ps, DECREASE),
+            (self.flow_increase_timer_ps, INCREASE),
+            (self.flow_byte_event_ps, BYTES),
         ):
             if t < best_t:
                 best_t, best_w = t, w
@@ -281,79 +340,79 @@ class RefDcqcn(Lane):
 
     def _increase(self, p, line):
         f = p.dcqcn_fast_recovery_steps
-        t_stage, b_stage = self.timer_stage, self.byte_stage
+        t_stage, b_stage = self.flow_timer_stage, self.flow_byte_stage
         if t_stage < f and b_stage < f:
             self.log.append("fr")  # fast recovery: target unchanged
         elif t_stage > f and b_stage > f:
-            self.target_rate_bps += p.dcqcn_rate_hai_bps
+            self.flow_target_rate_bps += p.dcqcn_rate_hai_bps
             self.log.append("hai")
         else:
-            self.target_rate_bps += p.dcqcn_rate_ai_bps
+            self.flow_target_rate_bps += p.dcqcn_rate_ai_bps
             self.log.append("ai")
-        if self.target_rate_bps > line:
-            self.target_rate_bps = line
+        if self.flow_target_rate_bps > line:
+            self.flow_target_rate_bps = line
             self.log.append("cap")
-        self.rate_bps = (self.rate_bps + self.target_rate_bps) / 2
+        self.flow_rate_bps = (self.flow_rate_bps + self.flow_target_rate_bps) / 2
 
     def timer(self, p, t, which, line):
         if which == ALPHA:
             g = p.dcqcn_g
-            self.alpha = (1 - g) * self.alpha + (g if self.cnp_seen_alpha else 0.0)
-            self.cnp_seen_alpha = False
-            self.alpha_timer_ps = t + p.dcqcn_alpha_timer_ps
+            self.flow_alpha = (1 - g) * self.flow_alpha + (g if self.flow_cnp_seen_alpha else 0.0)
+            self.flow_cnp_seen_alpha = False
+            self.flow_alpha_timer_ps = t + p.dcqcn_alpha_timer_ps
         elif which == DECREASE:
-            self.decrease_timer_ps = t + p.dcqcn_decrease_interval_ps
-            if self.cnp_seen_decrease:
-                if self.timer_stage != 0 or self.byte_stage != 0:  # an increase since the last cut
-                    self.target_rate_bps = self.rate_bps
+            self.flow_decrease_timer_ps = t + p.dcqcn_decrease_interval_ps
+            if self.flow_cnp_seen_decrease:
+                if self.flow_timer_stage != 0 or self.flow_byte_stage != 0:  # an increase since the last cut
+                    self.flow_target_rate_bps = self.flow_rate_bps
                     self.log.append("clamp")
-                self.rate_bps = self.rate_bps * (1 - self.alpha / 2)
-                if self.rate_bps < p.dcqcn_min_rate_bps:
-                    self.rate_bps = p.dcqcn_min_rate_bps
+                self.flow_rate_bps = self.flow_rate_bps * (1 - self.flow_alpha / 2)
+                if self.flow_rate_bps < p.dcqcn_min_rate_bps:
+                    self.flow_rate_bps = p.dcqcn_min_rate_bps
                     self.log.append("min")
-                self.timer_stage = self.byte_stage = 0
-                self.bytes_counted = 0
-                self.byte_event_ps = NEVER
-                self.increase_timer_ps = t + p.dcqcn_increase_timer_ps
+                self.flow_timer_stage = self.flow_byte_stage = 0
+                self.flow_bytes_counted = 0
+                self.flow_byte_event_ps = NEVER
+                self.flow_increase_timer_ps = t + p.dcqcn_increase_timer_ps
                 self.log.append("cut")
-            self.cnp_seen_decrease = False
+            self.flow_cnp_seen_decrease = False
         elif which == INCREASE:
             self._increase(p, line)
-            self.timer_stage += 1
-            self.increase_timer_ps = t + p.dcqcn_increase_timer_ps
+            self.flow_timer_stage += 1
+            self.flow_increase_timer_ps = t + p.dcqcn_increase_timer_ps
         elif which == BYTES:
             self._increase(p, line)
-            self.byte_stage += 1
-            self.byte_event_ps = NEVER
+            self.flow_byte_stage += 1
+            self.flow_byte_event_ps = NEVER
 
     def send(self, p, t, wire_bytes):
-        if not self.rate_limited:
+        if not self.flow_rate_limited:
             return
-        self.bytes_counted += wire_bytes
-        if self.bytes_counted >= p.dcqcn_byte_counter_bytes:
-            self.bytes_counted -= p.dcqcn_byte_counter_bytes
-            self.byte_event_ps = min(self.byte_event_ps, t)
+        self.flow_bytes_counted += wire_bytes
+        if self.flow_bytes_counted >= p.dcqcn_byte_counter_bytes:
+            self.flow_bytes_counted -= p.dcqcn_byte_counter_bytes
+            self.flow_byte_event_ps = min(self.flow_byte_event_ps, t)
 
 
 def dcqcn_setup(lanes, **param_overrides):
     cp, p = make_params(**param_overrides)
-    return cp, p, make_state(lanes), [RefDcqcn(**lane) for lane in pad(lanes, {})]
+    return cp, p, make_state(lanes, "dcqcn"), [RefDcqcn(**lane) for lane in pad(lanes, {})]
 
 
 def test_dcqcn_first_cnp():
     cp, p, st, refs = dcqcn_setup(
         [
-            {"rate_bps": 80e9, "target_rate_bps": 80e9, "alpha": 0.25},  # first CNP
+            {"flow_rate_bps": 80e9, "flow_target_rate_bps": 80e9, "flow_alpha": 0.25},  # first CNP
             {  # already rate limited: a CNP only sets the flags
-                "rate_bps": 40e9,
-                "target_rate_bps": 60e9,
-                "alpha": 0.3,
-                "rate_limited": True,
-                "alpha_timer_ps": 5 * US,
-                "decrease_timer_ps": 6 * US,
-                "increase_timer_ps": 9 * US,
+                "flow_rate_bps": 40e9,
+                "flow_target_rate_bps": 60e9,
+                "flow_alpha": 0.3,
+                "flow_rate_limited": True,
+                "flow_alpha_timer_ps": 5 * US,
+                "flow_decrease_timer_ps": 6 * US,
+                "flow_increase_timer_ps": 9 * US,
             },
-            {"rate_bps": 70e9},  # an ACK without CNP: nothing
+            {"flow_rate_bps": 70e9},  # an ACK without CNP: nothing
         ],
         dcqcn_rate_on_first_cnp=0.5,
         dcqcn_alpha_timer_ps=7 * US,
@@ -366,15 +425,16 @@ def test_dcqcn_first_cnp():
         ref.ack(p, t, c)
     host = check_lanes(st, refs, "first CNP")
     # by hand
-    assert host.rate_bps[0] == host.target_rate_bps[0] == 40e9
-    assert host.alpha[0] == 1.0 and host.rate_limited[0]
-    assert host.alpha_timer_ps[0] == 10 * US and host.decrease_timer_ps[0] == 14 * US
-    assert host.increase_timer_ps[0] == NEVER and host.byte_event_ps[0] == NEVER
-    assert not host.cnp_seen_alpha[0] and host.cnp_seen_decrease[0]
-    assert (host.rate_bps[1], host.target_rate_bps[1], host.alpha[1]) == (40e9, 60e9, 0.3)
-    assert host.cnp_seen_alpha[1] and host.cnp_seen_decrease[1]
-    assert (host.alpha_timer_ps[1], host.decrease_timer_ps[1]) == (5 * US, 6 * US)
-    assert host.rate_bps[2] == 70e9 and not host.rate_limited[2] and host.alpha_timer_ps[2] == NEVER
+    assert host.flow_rate_bps[0] == host.dcqcn.flow_target_rate_bps[0] == 40e9
+    assert host.dcqcn.flow_alpha[0] == 1.0 and host.dcqcn.flow_rate_limited[0]
+    assert host.dcqcn.flow_alpha_timer_ps[0] == 10 * US and host.dcqcn.flow_decrease_timer_ps[0] == 14 * US
+    assert host.dcqcn.flow_increase_timer_ps[0] == NEVER and host.dcqcn.flow_byte_event_ps[0] == NEVER
+    assert not host.dcqcn.flow_cnp_seen_alpha[0] and host.dcqcn.flow_cnp_seen_decrease[0]
+    assert (host.flow_rate_bps[1], host.dcqcn.flow_target_rate_bps[1], host.dcqcn.flow_alpha[1]) == (40e9, 60e9, 0.3)
+    assert host.dcqcn.flow_cnp_seen_alpha[1] and host.dcqcn.flow_cnp_seen_decrease[1]
+    assert (host.dcqcn.flow_alpha_timer_ps[1], host.dcqcn.flow_decrease_timer_ps[1]) == (5 * US, 6 * US)
+    assert host.flow_rate_bps[2] == 70e9 and not host.dcqcn.flow_rate_limited[2]
+    assert host.dcqcn.flow_alpha_timer_ps[2] == NEVER
 
 
 def _fire(cp, p, st, refs, t, which, line=LINE):
@@ -387,13 +447,13 @@ def _fire(cp, p, st, refs, t, which, line=LINE):
 
 
 def test_dcqcn_alpha_timer():
-    limited = {"rate_limited": True, "rate_bps": 30e9, "target_rate_bps": 50e9, "alpha": 0.5}
+    limited = {"flow_rate_limited": True, "flow_rate_bps": 30e9, "flow_target_rate_bps": 50e9, "flow_alpha": 0.5}
     cp, p, st, refs = dcqcn_setup(
         [
-            {**limited, "cnp_seen_alpha": True},
-            {**limited, "cnp_seen_alpha": False},
-            {**limited, "cnp_seen_alpha": False, "cnp_seen_decrease": True},  # no cut from the alpha timer
-            {**limited, "cnp_seen_alpha": True},  # its alpha timer does not fire
+            {**limited, "flow_cnp_seen_alpha": True},
+            {**limited, "flow_cnp_seen_alpha": False},
+            {**limited, "flow_cnp_seen_alpha": False, "flow_cnp_seen_decrease": True},  # no cut from the alpha timer
+            {**limited, "flow_cnp_seen_alpha": True},  # its alpha timer does not fire
         ],
         dcqcn_g=1 / 16,
         dcqcn_alpha_timer_ps=2 * US,
@@ -401,31 +461,36 @@ def test_dcqcn_alpha_timer():
     t = pad([10 * US] * 4, 0)
     st = _fire(cp, p, st, refs, t, pad([ALPHA, ALPHA, ALPHA, NO_TIMER], NO_TIMER))
     host = check_lanes(st, refs, "alpha timer")
-    assert host.alpha[0] == pytest.approx(15 / 16 * 0.5 + 1 / 16, rel=REL)
-    assert host.alpha[1] == pytest.approx(15 / 16 * 0.5, rel=REL)
-    assert host.alpha[2] == pytest.approx(15 / 16 * 0.5, rel=REL) and host.rate_bps[2] == 30e9
-    assert host.cnp_seen_decrease[2]
-    assert host.alpha[3] == 0.5 and host.cnp_seen_alpha[3]
-    assert list(host.alpha_timer_ps[:4]) == [12 * US, 12 * US, 12 * US, NEVER]
-    assert not host.cnp_seen_alpha[0]
+    assert host.dcqcn.flow_alpha[0] == pytest.approx(15 / 16 * 0.5 + 1 / 16, rel=REL)
+    assert host.dcqcn.flow_alpha[1] == pytest.approx(15 / 16 * 0.5, rel=REL)
+    assert host.dcqcn.flow_alpha[2] == pytest.approx(15 / 16 * 0.5, rel=REL) and host.flow_rate_bps[2] == 30e9
+    assert host.dcqcn.flow_cnp_seen_decrease[2]
+    assert host.dcqcn.flow_alpha[3] == 0.5 and host.dcqcn.flow_cnp_seen_alpha[3]
+    assert list(host.dcqcn.flow_alpha_timer_ps[:4]) == [12 * US, 12 * US, 12 * US, NEVER]
+    assert not host.dcqcn.flow_cnp_seen_alpha[0]
 
 
 def test_dcqcn_decrease_check():
-    base = {"rate_limited": True, "rate_bps": 40e9, "target_rate_bps": 90e9, "alpha": 0.5}
+    base = {"flow_rate_limited": True, "flow_rate_bps": 40e9, "flow_target_rate_bps": 90e9, "flow_alpha": 0.5}
     cp, p, st, refs = dcqcn_setup(
         [
-            {**base, "cnp_seen_decrease": True},  # cut, no clamp right after a cut
-            {**base, "cnp_seen_decrease": True, "timer_stage": 2, "byte_stage": 1},  # clamp target
-            {**base, "cnp_seen_decrease": True, "byte_stage": 1},  # a byte event also clamps
-            {**base, "cnp_seen_decrease": False, "timer_stage": 3, "increase_timer_ps": 50 * US},  # no CNP
-            {**base, "cnp_seen_decrease": True, "alpha": 1.0, "rate_bps": 1.5e9},  # floor at min rate
+            {**base, "flow_cnp_seen_decrease": True},  # cut, no clamp right after a cut
+            {**base, "flow_cnp_seen_decrease": True, "flow_timer_stage": 2, "flow_byte_stage": 1},  # clamp target
+            {**base, "flow_cnp_seen_decrease": True, "flow_byte_stage": 1},  # a byte event also clamps
+            {  # no CNP
+                **base,
+                "flow_cnp_seen_decrease": False,
+                "flow_timer_stage": 3,
+                "flow_increase_timer_ps": 50 * US,
+            },
+            {**base, "flow_cnp_seen_decrease": True, "flow_alpha": 1.0, "flow_rate_bps": 1.5e9},  # floor at min rate
             {  # a cut clears the byte counter and a pending byte event, restarts the increase timer
                 **base,
-                "cnp_seen_decrease": True,
-                "bytes_counted": 123,
-                "byte_event_ps": 19 * US,
-                "increase_timer_ps": 21 * US,
-                "cnp_seen_alpha": True,
+                "flow_cnp_seen_decrease": True,
+                "flow_bytes_counted": 123,
+                "flow_byte_event_ps": 19 * US,
+                "flow_increase_timer_ps": 21 * US,
+                "flow_cnp_seen_alpha": True,
             },
         ],
         dcqcn_decrease_interval_ps=4 * US,
@@ -436,25 +501,25 @@ def test_dcqcn_decrease_check():
     st = _fire(cp, p, st, refs, t, [DECREASE] * F)
     host = check_lanes(st, refs, "decrease check")
     cut = 40e9 * 0.75
-    assert list(host.rate_bps) == pytest.approx([cut, cut, cut, 40e9, 1e9, cut], rel=REL)
-    assert list(host.target_rate_bps) == pytest.approx([90e9, 40e9, 40e9, 90e9, 90e9, 90e9], rel=REL)
-    assert list(host.timer_stage) == [0, 0, 0, 3, 0, 0] and list(host.byte_stage) == [0] * F
-    assert list(host.decrease_timer_ps) == [24 * US] * F
-    assert list(host.increase_timer_ps) == [50 * US, 50 * US, 50 * US, 50 * US, 50 * US, 50 * US]
-    assert host.bytes_counted[5] == 0 and host.byte_event_ps[5] == NEVER
-    assert not host.cnp_seen_decrease.any() and host.cnp_seen_alpha[5]
+    assert list(host.flow_rate_bps) == pytest.approx([cut, cut, cut, 40e9, 1e9, cut], rel=REL)
+    assert list(host.dcqcn.flow_target_rate_bps) == pytest.approx([90e9, 40e9, 40e9, 90e9, 90e9, 90e9], rel=REL)
+    assert list(host.dcqcn.flow_timer_stage) == [0, 0, 0, 3, 0, 0] and list(host.dcqcn.flow_byte_stage) == [0] * F
+    assert list(host.dcqcn.flow_decrease_timer_ps) == [24 * US] * F
+    assert list(host.dcqcn.flow_increase_timer_ps) == [50 * US, 50 * US, 50 * US, 50 * US, 50 * US, 50 * US]
+    assert host.dcqcn.flow_bytes_counted[5] == 0 and host.dcqcn.flow_byte_event_ps[5] == NEVER
+    assert not host.dcqcn.flow_cnp_seen_decrease.any() and host.dcqcn.flow_cnp_seen_alpha[5]
 
 
 def test_dcqcn_increase_phases():
     """Fast recovery while both stages < F, hyper increase once both > F, else additive."""
-    base = {"rate_limited": True, "rate_bps": 20e9, "target_rate_bps": 60e9}
+    base = {"flow_rate_limited": True, "flow_rate_bps": 20e9, "flow_target_rate_bps": 60e9}
     lanes = [
-        ({**base, "timer_stage": 0, "byte_stage": 0}, INCREASE),  # fast recovery
-        ({**base, "timer_stage": 2, "byte_stage": 0}, INCREASE),  # timer at F: additive
-        ({**base, "timer_stage": 3, "byte_stage": 1}, BYTES),  # one above F: additive
-        ({**base, "timer_stage": 3, "byte_stage": 3}, INCREASE),  # both above F: hyper
-        ({**base, "timer_stage": 3, "byte_stage": 2}, BYTES),  # byte stage at F: additive
-        ({**base, "timer_stage": 5, "byte_stage": 4, "target_rate_bps": 95e9}, INCREASE),  # capped
+        ({**base, "flow_timer_stage": 0, "flow_byte_stage": 0}, INCREASE),  # fast recovery
+        ({**base, "flow_timer_stage": 2, "flow_byte_stage": 0}, INCREASE),  # timer at F: additive
+        ({**base, "flow_timer_stage": 3, "flow_byte_stage": 1}, BYTES),  # one above F: additive
+        ({**base, "flow_timer_stage": 3, "flow_byte_stage": 3}, INCREASE),  # both above F: hyper
+        ({**base, "flow_timer_stage": 3, "flow_byte_stage": 2}, BYTES),  # byte stage at F: additive
+        ({**base, "flow_timer_stage": 5, "flow_byte_stage": 4, "flow_target_rate_bps": 95e9}, INCREASE),  # capped
     ]
     cp, p, st, refs = dcqcn_setup(
         [lane for lane, _ in lanes],
@@ -466,46 +531,51 @@ def test_dcqcn_increase_phases():
     st = _fire(cp, p, st, refs, [100 * US] * F, [w for _, w in lanes])
     host = check_lanes(st, refs, "increase")
     targets = [60e9, 65e9, 65e9, 80e9, 65e9, LINE]
-    assert list(host.target_rate_bps) == pytest.approx(targets, rel=REL)
-    assert list(host.rate_bps) == pytest.approx([(20e9 + x) / 2 for x in targets], rel=REL)
-    assert list(host.timer_stage) == [1, 3, 3, 4, 3, 6]
-    assert list(host.byte_stage) == [0, 0, 2, 3, 3, 4]
-    assert list(host.increase_timer_ps) == [130 * US, 130 * US, NEVER, 130 * US, NEVER, 130 * US]
+    assert list(host.dcqcn.flow_target_rate_bps) == pytest.approx(targets, rel=REL)
+    assert list(host.flow_rate_bps) == pytest.approx([(20e9 + x) / 2 for x in targets], rel=REL)
+    assert list(host.dcqcn.flow_timer_stage) == [1, 3, 3, 4, 3, 6]
+    assert list(host.dcqcn.flow_byte_stage) == [0, 0, 2, 3, 3, 4]
+    assert list(host.dcqcn.flow_increase_timer_ps) == [130 * US, 130 * US, NEVER, 130 * US, NEVER, 130 * US]
 
 
 def test_dcqcn_byte_counter():
     cp, p, st, refs = dcqcn_setup(
         [
-            {"rate_limited": False, "bytes_counted": 0},  # not rate limited: nothing counted
-            {"rate_limited": True, "bytes_counted": 1_000},  # below the counter
-            {"rate_limited": True, "bytes_counted": 8_000},  # crosses it: event at the send
-            {"rate_limited": True, "bytes_counted": 9_000, "byte_event_ps": 3 * US},  # earlier event kept
-            {"rate_limited": True, "bytes_counted": 9_999},  # did not send
-            {"rate_limited": True, "bytes_counted": 5_904},  # reaches it exactly
+            {"flow_rate_limited": False, "flow_bytes_counted": 0},  # not rate limited: nothing counted
+            {"flow_rate_limited": True, "flow_bytes_counted": 1_000},  # below the counter
+            {"flow_rate_limited": True, "flow_bytes_counted": 8_000},  # crosses it: event at the send
+            {  # earlier event kept
+                "flow_rate_limited": True,
+                "flow_bytes_counted": 9_000,
+                "flow_byte_event_ps": 3 * US,
+            },
+            {"flow_rate_limited": True, "flow_bytes_counted": 9_999},  # did not send
+            {"flow_rate_limited": True, "flow_bytes_counted": 5_904},  # reaches it exactly
         ],
         dcqcn_byte_counter_bytes=10_000,
     )
     sent = [True, True, True, True, False, True]
     t, wire = [7 * US] * F, [4_096] * F
-    st = dcqcn_on_send(cp, st, np.asarray(sent), np.asarray(wire, np.int64), np.asarray(t, np.int64))
+    counted = dcqcn_on_send(cp, st.dcqcn, np.asarray(sent), np.asarray(wire, np.int64), np.asarray(t, np.int64))
+    st = st.replace(dcqcn=counted)
     for ref, s, ti, w in zip(refs, sent, t, wire):
         if s:
             ref.send(p, ti, w)
     host = check_lanes(st, refs, "byte counter")
-    assert list(host.bytes_counted) == [0, 5_096, 2_096, 3_096, 9_999, 0]
-    assert list(host.byte_event_ps) == [NEVER, NEVER, 7 * US, 3 * US, NEVER, 7 * US]
+    assert list(host.dcqcn.flow_bytes_counted) == [0, 5_096, 2_096, 3_096, 9_999, 0]
+    assert list(host.dcqcn.flow_byte_event_ps) == [NEVER, NEVER, 7 * US, 3 * US, NEVER, 7 * US]
 
 
 def test_dcqcn_next_timer_order():
     lanes = [
-        {"alpha_timer_ps": 5, "decrease_timer_ps": 5, "increase_timer_ps": 5, "byte_event_ps": 5},
-        {"alpha_timer_ps": 7, "decrease_timer_ps": 5, "increase_timer_ps": 5, "byte_event_ps": 5},
-        {"alpha_timer_ps": 7, "decrease_timer_ps": 8, "increase_timer_ps": 3, "byte_event_ps": 3},
-        {"alpha_timer_ps": 7, "decrease_timer_ps": 8, "increase_timer_ps": 9, "byte_event_ps": 2},
+        {"flow_alpha_timer_ps": 5, "flow_decrease_timer_ps": 5, "flow_increase_timer_ps": 5, "flow_byte_event_ps": 5},
+        {"flow_alpha_timer_ps": 7, "flow_decrease_timer_ps": 5, "flow_increase_timer_ps": 5, "flow_byte_event_ps": 5},
+        {"flow_alpha_timer_ps": 7, "flow_decrease_timer_ps": 8, "flow_increase_timer_ps": 3, "flow_byte_event_ps": 3},
+        {"flow_alpha_timer_ps": 7, "flow_decrease_timer_ps": 8, "flow_increase_timer_ps": 9, "flow_byte_event_ps": 2},
         {},  # nothing armed
-        {"alpha_timer_ps": 9, "decrease_timer_ps": 4},
+        {"flow_alpha_timer_ps": 9, "flow_decrease_timer_ps": 4},
     ]
-    t, which = jax.device_get(dcqcn_next_timer(make_state(lanes)))
+    t, which = jax.device_get(dcqcn_next_timer(make_state(lanes, "dcqcn").dcqcn))
     assert list(t) == [5, 5, 3, 2, NEVER, 4]
     assert list(which[:4]) == [ALPHA, DECREASE, INCREASE, BYTES] and which[5] == DECREASE
     for lane, ti, w in zip(lanes, t, which):
@@ -522,7 +592,7 @@ def run_dcqcn_script(scripts, t_end_ps, **param_overrides):
     pos = [0] * F
     line = np.full(F, LINE)
     for step in range(10_000):
-        t_lib, which_lib = jax.device_get(dcqcn_next_timer(st))
+        t_lib, which_lib = jax.device_get(dcqcn_next_timer(st.dcqcn))
         ack_t, cnp = np.zeros(F, np.int64), np.zeros(F, bool)
         timer_t, which = np.zeros(F, np.int64), np.full(F, NO_TIMER, np.int32)
         sent, wire, send_t = np.zeros(F, bool), np.zeros(F, np.int64), np.zeros(F, np.int64)
@@ -552,7 +622,7 @@ def run_dcqcn_script(scripts, t_end_ps, **param_overrides):
             return refs
         st = dcqcn_on_ack(cp, st, make_ack(time_ps=ack_t, cnp=cnp))
         st = dcqcn_on_timer(cp, st, timer_t, which, line)
-        st = dcqcn_on_send(cp, st, sent, wire, send_t)
+        st = st.replace(dcqcn=dcqcn_on_send(cp, st.dcqcn, sent, wire, send_t))
         check_lanes(st, refs, f"step {step}")
     raise AssertionError("script did not end")
 
@@ -595,10 +665,10 @@ def test_dcqcn_scripted_run():
     log = refs[0].log
     assert {"first", "cut", "fr", "ai", "hai", "cap"} <= set(log)
     assert log.index("fr") < log.index("ai") < log.index("hai")
-    assert refs[0].target_rate_bps == LINE and refs[0].byte_stage > 2 and refs[0].timer_stage > 2
+    assert refs[0].flow_target_rate_bps == LINE and refs[0].flow_byte_stage > 2 and refs[0].flow_timer_stage > 2
     assert "clamp" in refs[1].log
-    assert "ai" in refs[2].log and "hai" not in refs[2].log and refs[2].byte_stage == 0
-    assert refs[3].rate_bps == LINE and refs[3].bytes_counted == 0 and refs[3].alpha_timer_ps == NEVER
+    assert "ai" in refs[2].log and "hai" not in refs[2].log and refs[2].flow_byte_stage == 0
+    assert refs[3].flow_rate_bps == LINE and refs[3].flow_bytes_counted == 0 and refs[3].flow_alpha_timer_ps == NEVER
     assert refs[4].log.count("min") >= 2 and refs[4].log[-1] == "fr"  # floored, then recovering
     assert refs[5].log.count("cut") >= 3 and "fr" in refs[5].log
     assert sum(len(r.log) for r in refs) > 30
@@ -617,57 +687,58 @@ DCTCP_REL = REL
 class RefDctcp(Lane):
     """A DCTCP sender (Alizadeh et al. 2010), per ACK."""
 
+    ALGO = "dctcp"
     FIELDS = (
-        "alpha",
-        "window_bytes",
-        "ssthresh_bytes",
-        "in_cwr",
-        "cwr_high_seq",
-        "acks_in_round",
-        "marks_in_round",
-        "last_update_seq",
-        "started",
+        "flow_alpha",
+        "flow_window_bytes",
+        "flow_ssthresh_bytes",
+        "flow_in_cwr",
+        "flow_cwr_high_seq",
+        "flow_acks_in_round",
+        "flow_marks_in_round",
+        "flow_round_end_seq",
+        "flow_started",
     )
 
     def ack(self, p, acked, sent, ece, mss):
         # 1. alpha once per window of data; the first window only starts the count
-        self.acks_in_round += 1
-        self.marks_in_round += 1 if ece else 0
-        if acked > self.last_update_seq:
-            if self.started:
-                fraction = min(1.0, self.marks_in_round / self.acks_in_round)
-                self.alpha = (1 - p.dctcp_g) * self.alpha + p.dctcp_g * fraction
+        self.flow_acks_in_round += 1
+        self.flow_marks_in_round += 1 if ece else 0
+        if acked > self.flow_round_end_seq:
+            if self.flow_started:
+                fraction = min(1.0, self.flow_marks_in_round / self.flow_acks_in_round)
+                self.flow_alpha = (1 - p.dctcp_g) * self.flow_alpha + p.dctcp_g * fraction
                 self.log.append("alpha")
-            self.acks_in_round = self.marks_in_round = 0
-            self.last_update_seq = sent
-        self.started = True
+            self.flow_acks_in_round = self.flow_marks_in_round = 0
+            self.flow_round_end_seq = sent
+        self.flow_started = True
         # 2. leave CWR once the ACKs pass what was sent at the cut
-        if self.in_cwr and acked > self.cwr_high_seq:
-            self.in_cwr = False
+        if self.flow_in_cwr and acked > self.flow_cwr_high_seq:
+            self.flow_in_cwr = False
         # 3. one cut per window of data
-        if ece and not self.in_cwr:
-            self.window_bytes = self.window_bytes * (1 - self.alpha / 2)
-            if self.window_bytes < p.dctcp_min_window_bytes:
-                self.window_bytes = p.dctcp_min_window_bytes
+        if ece and not self.flow_in_cwr:
+            self.flow_window_bytes = self.flow_window_bytes * (1 - self.flow_alpha / 2)
+            if self.flow_window_bytes < p.dctcp_min_window_bytes:
+                self.flow_window_bytes = p.dctcp_min_window_bytes
                 self.log.append("min")
-            self.ssthresh_bytes = self.window_bytes
-            self.in_cwr = True
-            self.cwr_high_seq = sent
+            self.flow_ssthresh_bytes = self.flow_window_bytes
+            self.flow_in_cwr = True
+            self.flow_cwr_high_seq = sent
             self.log.append("cut")
         # 4. TCP growth outside CWR
-        elif not self.in_cwr:
-            if self.window_bytes < self.ssthresh_bytes:
-                self.window_bytes += mss
+        elif not self.flow_in_cwr:
+            if self.flow_window_bytes < self.flow_ssthresh_bytes:
+                self.flow_window_bytes += mss
                 self.log.append("ss")
             else:
-                self.window_bytes += mss * mss / self.window_bytes
+                self.flow_window_bytes += mss * mss / self.flow_window_bytes
                 self.log.append("ca")
 
 
 def run_dctcp(lanes, acks, **param_overrides):
     """``acks[i]``: lane i's ACKs as (acked, sent, ece). Checks after every ACK."""
     cp, p = make_params(**param_overrides)
-    st, refs = make_state(lanes), [RefDctcp(**lane) for lane in pad(lanes, {})]
+    st, refs = make_state(lanes, "dctcp"), [RefDctcp(**lane) for lane in pad(lanes, {})]
     acks = pad(acks, [])
     for step in range(max(len(a) for a in acks)):
         acked, sent, ece = np.zeros(F, np.int32), np.zeros(F, np.int32), np.zeros(F, bool)
@@ -686,41 +757,43 @@ def test_dctcp_alpha_once_per_window():
     """First window only starts the count; then alpha = (1-g) alpha + g marks/acks once
     the ACKs pass the sequence sent at the last update."""
     w = 10 * MSS
-    lane = {"alpha": 0.5, "window_bytes": w}
+    lane = {"flow_alpha": 0.5, "flow_window_bytes": w}
     marks = {3, 7}
     # ACK 1 ends the first "round" (sent 10); ACKs 2..11 are the next window of data.
     acks = [(k, 10 if k <= 10 else 20, k in marks) for k in range(1, 12)]
     host, refs = run_dctcp([lane], [acks[:1]], dctcp_g=1 / 16)
-    assert host.alpha[0] == 0.5 and host.last_update_seq[0] == 10 and host.started[0]
-    assert host.acks_in_round[0] == 0 and host.marks_in_round[0] == 0
+    assert host.dctcp.flow_alpha[0] == 0.5 and host.dctcp.flow_round_end_seq[0] == 10 and host.dctcp.flow_started[0]
+    assert host.dctcp.flow_acks_in_round[0] == 0 and host.dctcp.flow_marks_in_round[0] == 0
     host, refs = run_dctcp([lane], [acks[:10]], dctcp_g=1 / 16)
-    assert host.alpha[0] == 0.5 and host.acks_in_round[0] == 9 and host.marks_in_round[0] == 2
+    assert host.dctcp.flow_alpha[0] == 0.5
+    assert host.dctcp.flow_acks_in_round[0] == 9 and host.dctcp.flow_marks_in_round[0] == 2
     host, refs = run_dctcp([lane], [acks], dctcp_g=1 / 16)
-    assert host.alpha[0] == pytest.approx(15 / 16 * 0.5 + 1 / 16 * 2 / 10, rel=REL)
-    assert host.last_update_seq[0] == 20 and host.acks_in_round[0] == 0
+    assert host.dctcp.flow_alpha[0] == pytest.approx(15 / 16 * 0.5 + 1 / 16 * 2 / 10, rel=REL)
+    assert host.dctcp.flow_round_end_seq[0] == 20 and host.dctcp.flow_acks_in_round[0] == 0
     # slow start on ACKs 1-2, the mark of ACK 3 cut the window with alpha = 0.5 (once:
     # CWR holds it through ACK 10); ACK 11 passes the cut's snd_nxt and grows it (CA)
     cut = (w + 2 * MSS) * 0.75
-    assert host.window_bytes[0] == pytest.approx(cut + MSS * MSS / cut, rel=REL)
-    assert host.ssthresh_bytes[0] == pytest.approx(cut, rel=REL)
-    assert not host.in_cwr[0] and host.cwr_high_seq[0] == 10 and refs[0].log.count("cut") == 1
+    assert host.flow_window_bytes[0] == pytest.approx(cut + MSS * MSS / cut, rel=REL)
+    assert host.dctcp.flow_ssthresh_bytes[0] == pytest.approx(cut, rel=REL)
+    assert not host.dctcp.flow_in_cwr[0] and host.dctcp.flow_cwr_high_seq[0] == 10 and refs[0].log.count("cut") == 1
 
 
 def test_dctcp_mark_fraction_is_float64():
     """alpha = (1 - g) alpha + g F with F = marks / acks, in float64 like the rest of the state."""
     cp, p = make_params(dctcp_g=0.5)
-    base = {"window_bytes": 10 * MSS, "alpha": 0.0, "started": True, "last_update_seq": 5}
+    base = {"flow_window_bytes": 10 * MSS, "flow_alpha": 0.0, "flow_started": True, "flow_round_end_seq": 5}
     lanes = [  # a round ends at this ACK: 1 mark in 3 ACKs, 6 in 11 (this unmarked one included)
-        {**base, "acks_in_round": 2, "marks_in_round": 1},
-        {**base, "acks_in_round": 10, "marks_in_round": 6},
+        {**base, "flow_acks_in_round": 2, "flow_marks_in_round": 1},
+        {**base, "flow_acks_in_round": 10, "flow_marks_in_round": 6},
     ]
-    st, refs = make_state(lanes), [RefDctcp(**lane) for lane in pad(lanes, {})]
+    st, refs = make_state(lanes, "dctcp"), [RefDctcp(**lane) for lane in pad(lanes, {})]
     ev = make_ack(acked_packets=[6] * F, sent_packets=[12] * F)
     st = dctcp_on_ack(cp, st, ev)
     for ref in refs:
         ref.ack(p, 6, 12, False, MSS)
     host = check_lanes(st, refs, "DCTCP fraction")
-    assert host.alpha[0] == pytest.approx(0.5 / 3, rel=REL) and host.alpha[1] == pytest.approx(0.5 * 6 / 11, rel=REL)
+    assert host.dctcp.flow_alpha[0] == pytest.approx(0.5 / 3, rel=REL)
+    assert host.dctcp.flow_alpha[1] == pytest.approx(0.5 * 6 / 11, rel=REL)
 
 
 def test_dctcp_cut_once_per_window_and_growth():
@@ -728,11 +801,11 @@ def test_dctcp_cut_once_per_window_and_growth():
     all_marked = [(k, 10 if k <= 10 else 20, True) for k in range(1, 12)]
     marked_then_clean = [(k, 10 if k <= 10 else 20, k == 1) for k in range(1, 12)]
     lanes = [
-        {"window_bytes": w},  # alpha 1: halves once per window
-        {"window_bytes": w},  # one mark, then CWR ends at ACK 11 and CA growth resumes
-        {"window_bytes": w},  # slow start: + MSS per ACK
-        {"window_bytes": w, "ssthresh_bytes": 5 * MSS},  # congestion avoidance
-        {"window_bytes": 1.2 * MSS},  # the cut stops at the minimum window
+        {"flow_window_bytes": w},  # alpha 1: halves once per window
+        {"flow_window_bytes": w},  # one mark, then CWR ends at ACK 11 and CA growth resumes
+        {"flow_window_bytes": w},  # slow start: + MSS per ACK
+        {"flow_window_bytes": w, "flow_ssthresh_bytes": 5 * MSS},  # congestion avoidance
+        {"flow_window_bytes": 1.2 * MSS},  # the cut stops at the minimum window
     ]
     clean = [(k, 10, False) for k in range(1, 4)]
     host, refs = run_dctcp(
@@ -740,16 +813,16 @@ def test_dctcp_cut_once_per_window_and_growth():
         [all_marked, marked_then_clean, clean, clean, [(1, 10, True)]],
         dctcp_g=1 / 16,
     )
-    assert host.window_bytes[0] == pytest.approx(w / 4, rel=REL) and refs[0].log.count("cut") == 2
-    assert host.ssthresh_bytes[0] == pytest.approx(w / 4, rel=REL) and host.cwr_high_seq[0] == 20
-    assert host.window_bytes[1] == pytest.approx(w / 2 + MSS * MSS / (w / 2), rel=REL)
-    assert not host.in_cwr[1]
-    assert host.window_bytes[2] == pytest.approx(w + 3 * MSS, rel=REL)
+    assert host.flow_window_bytes[0] == pytest.approx(w / 4, rel=REL) and refs[0].log.count("cut") == 2
+    assert host.dctcp.flow_ssthresh_bytes[0] == pytest.approx(w / 4, rel=REL) and host.dctcp.flow_cwr_high_seq[0] == 20
+    assert host.flow_window_bytes[1] == pytest.approx(w / 2 + MSS * MSS / (w / 2), rel=REL)
+    assert not host.dctcp.flow_in_cwr[1]
+    assert host.flow_window_bytes[2] == pytest.approx(w + 3 * MSS, rel=REL)
     ca = w
     for _ in range(3):
         ca += MSS * MSS / ca
-    assert host.window_bytes[3] == pytest.approx(ca, rel=REL)
-    assert host.window_bytes[4] == MSS and host.ssthresh_bytes[4] == MSS
+    assert host.flow_window_bytes[3] == pytest.approx(ca, rel=REL)
+    assert host.flow_window_bytes[4] == MSS and host.dctcp.flow_ssthresh_bytes[4] == MSS
 
 
 def test_dctcp_scripted_acks():
@@ -765,13 +838,13 @@ def test_dctcp_scripted_acks():
         [rng.random() < 0.1 for _ in range(n)],
         [(k // 10) % 2 == 1 for k in range(n)],  # alternating marked windows
     ]
-    lanes = [{"window_bytes": 10 * MSS, "alpha": a} for a in (1.0, 0.0, 1.0, 0.5, 0.2, 0.0)]
-    lanes[4]["ssthresh_bytes"] = 14 * MSS
+    lanes = [{"flow_window_bytes": 10 * MSS, "flow_alpha": a} for a in (1.0, 0.0, 1.0, 0.5, 0.2, 0.0)]
+    lanes[4]["flow_ssthresh_bytes"] = 14 * MSS
     cp, p = make_params(dctcp_g=1 / 16, dctcp_min_window_bytes=2 * MSS)
-    st, refs = make_state(lanes), [RefDctcp(**lane) for lane in lanes]
+    st, refs = make_state(lanes, "dctcp"), [RefDctcp(**lane) for lane in lanes]
     for step in range(n):
         acked = np.full(F, step + 1, np.int32)
-        sent = np.array([step + 1 + int(r.window_bytes // MSS) for r in refs], np.int32)
+        sent = np.array([step + 1 + int(r.flow_window_bytes // MSS) for r in refs], np.int32)
         ece = np.array([m[step] for m in mark_patterns])
         for lane, ref in enumerate(refs):
             ref.ack(p, int(acked[lane]), int(sent[lane]), bool(ece[lane]), MSS)
@@ -780,7 +853,7 @@ def test_dctcp_scripted_acks():
     logs = [set(r.log) for r in refs]
     assert logs[0] == {"ss", "alpha"}  # no marks: no cut, alpha decays once per window
     assert refs[0].log.count("alpha") >= 2
-    assert refs[0].alpha == pytest.approx((15 / 16) ** refs[0].log.count("alpha"), rel=REL)
+    assert refs[0].flow_alpha == pytest.approx((15 / 16) ** refs[0].log.count("alpha"), rel=REL)
     assert {"cut", "alpha", "ca"} <= logs[1]
     assert "min" in logs[2]
     assert {"cut", "alpha", "ca"} <= logs[3] and {"ca"} <= logs[4]
@@ -829,34 +902,35 @@ def ref_compute_window(u, wc, stage, p):
 class RefHpcc(Lane):
     """An HPCC sender (Li et al. 2019, Algorithm 1), per ACK."""
 
+    ALGO = "hpcc"
     FIELDS = (
-        "hpcc_u",
-        "window_bytes",
-        "rate_bps",
-        "hpcc_wc_bytes",
-        "stage",
-        "last_update_seq",
-        "started",
-        "int_port",
-        "int_ts_ps",
-        "int_tx_bytes",
-        "int_qlen_bytes",
+        "flow_inflight_u",
+        "flow_window_bytes",
+        "flow_rate_bps",
+        "flow_ref_window_bytes",
+        "flow_inc_stage",
+        "flow_round_end_seq",
+        "flow_has_int",
+        "flow_int_port",
+        "flow_int_ts_ps",
+        "flow_int_tx_bytes",
+        "flow_int_qlen_bytes",
     )
 
     def ack(self, p, acked, sent, line, hops):
         """``hops``: HI tuples (port, ts, tx, qlen, rate) echoed by this ACK."""
         t = p.hpcc_base_rtt_ps
-        if not self.started:  # the first ACK only records telemetry
-            self.started = True
-            self.last_update_seq = sent
+        if not self.flow_has_int:  # the first ACK only records telemetry
+            self.flow_has_int = True
+            self.flow_round_end_seq = sent
             self.log.append("first")
         else:
-            prev = list(zip(self.int_port, self.int_ts_ps, self.int_tx_bytes, self.int_qlen_bytes))
-            u, sampled = ref_measure_inflight(self.hpcc_u, hops, prev, t)
-            new_round = acked > self.last_update_seq
+            prev = list(zip(self.flow_int_port, self.flow_int_ts_ps, self.flow_int_tx_bytes, self.flow_int_qlen_bytes))
+            u, sampled = ref_measure_inflight(self.flow_inflight_u, hops, prev, t)
+            new_round = acked > self.flow_round_end_seq
             if sampled:
-                self.hpcc_u = u
-                w, multiplicative = ref_compute_window(u, self.hpcc_wc_bytes, self.stage, p)
+                self.flow_inflight_u = u
+                w, multiplicative = ref_compute_window(u, self.flow_ref_window_bytes, self.flow_inc_stage, p)
                 lowest = p.hpcc_min_rate_bps * t / PS_PER_S / 8
                 highest = line * t / PS_PER_S / 8
                 if w < lowest:
@@ -865,22 +939,22 @@ class RefHpcc(Lane):
                 if w > highest:
                     w = highest
                     self.log.append("clip_high")
-                self.window_bytes = w
+                self.flow_window_bytes = w
                 if new_round:  # reference window and stage: once per RTT
-                    self.hpcc_wc_bytes = w
-                    self.stage = 0 if multiplicative else self.stage + 1
+                    self.flow_ref_window_bytes = w
+                    self.flow_inc_stage = 0 if multiplicative else self.flow_inc_stage + 1
                     self.log.append("mult" if multiplicative else "add")
                 else:
                     self.log.append("fast")
             else:
                 self.log.append("no_sample")
             if new_round:
-                self.last_update_seq = sent
-        self.rate_bps = self.window_bytes * 8 / (t / PS_PER_S)
-        self.int_port = [h[0] for h in hops]
-        self.int_ts_ps = [h[1] for h in hops]
-        self.int_tx_bytes = [h[2] for h in hops]
-        self.int_qlen_bytes = [h[3] for h in hops]
+                self.flow_round_end_seq = sent
+        self.flow_rate_bps = self.flow_window_bytes * 8 / (t / PS_PER_S)
+        self.flow_int_port = [h[0] for h in hops]
+        self.flow_int_ts_ps = [h[1] for h in hops]
+        self.flow_int_tx_bytes = [h[2] for h in hops]
+        self.flow_int_qlen_bytes = [h[3] for h in hops]
 
 
 def hops_ack(hops_per_lane, **fields):
@@ -898,12 +972,12 @@ def hops_ack(hops_per_lane, **fields):
 
 
 def prev_lane(hops):
-    """CcState fields remembering these hop tuples."""
+    """HpccState fields remembering these hop tuples."""
     return {
-        "int_port": [h[0] for h in hops],
-        "int_ts_ps": [h[1] for h in hops],
-        "int_tx_bytes": [h[2] for h in hops],
-        "int_qlen_bytes": [h[3] for h in hops],
+        "flow_int_port": [h[0] for h in hops],
+        "flow_int_ts_ps": [h[1] for h in hops],
+        "flow_int_tx_bytes": [h[2] for h in hops],
+        "flow_int_qlen_bytes": [h[3] for h in hops],
     }
 
 
@@ -940,10 +1014,10 @@ HOP_CASES = [
 def test_hpcc_hop_utilisation_and_inflight():
     cp, p = make_params(hpcc_base_rtt_ps=T_HPCC)
     u_prev = [0.5, 0.2, 0.7, 0.1, 0.0, 0.3]
-    st = make_state([{**prev_lane(prev), "hpcc_u": u} for (prev, _), u in zip(HOP_CASES, u_prev)])
+    st = make_state([{**prev_lane(prev), "flow_inflight_u": u} for (prev, _), u in zip(HOP_CASES, u_prev)], "hpcc")
     ev = hops_ack([now for _, now in HOP_CASES])
-    u_hop, dt = jax.device_get(hpcc_hop_utilisation(ev, st, np.float64(T_HPCC / PS_PER_S)))
-    u_new, sampled = jax.device_get(hpcc_measure_inflight(ev, st, np.int64(T_HPCC)))
+    u_hop, dt = jax.device_get(hpcc_hop_utilisation(ev, st.hpcc, np.float64(T_HPCC / PS_PER_S)))
+    u_new, sampled = jax.device_get(hpcc_measure_inflight(ev, st.hpcc, np.int64(T_HPCC)))
     for lane, (prev, now) in enumerate(HOP_CASES):
         for hop in range(HI):
             want, want_dt = ref_hop_utilisation(now[hop], prev[hop], T_HPCC)
@@ -992,15 +1066,27 @@ def test_hpcc_first_ack_and_reference_once_per_round():
     cp, p = make_params(hpcc_base_rtt_ps=t, hpcc_w_ai_bytes=2_500.0, hpcc_max_stage=5)
     prev = [(1, 0, 0, 0), (-1, 0, 0, 0), (-1, 0, 0, 0)]
     now = [(1, 1 * US, 6_250, 0, LINE), (-1, 0, 0, 0, LINE), (-1, 0, 0, 0, LINE)]  # u = 0.5
-    started = {**prev_lane(prev), "started": True, "hpcc_u": 0.5, "hpcc_wc_bytes": 80_000.0, "stage": 2}
+    started = {
+        **prev_lane(prev),
+        "flow_has_int": True,
+        "flow_inflight_u": 0.5,
+        "flow_ref_window_bytes": 80_000.0,
+        "flow_inc_stage": 2,
+    }
     lanes = [
-        {"window_bytes": bdp, "hpcc_wc_bytes": bdp, "rate_bps": LINE},  # first ACK: records only
-        {**started, "window_bytes": 90_000.0, "last_update_seq": 10},  # ACK 5 <= 10: W from W_c, W_c kept
-        {**started, "window_bytes": 90_000.0, "last_update_seq": 10},  # ACK 11 > 10: W_c = W, stage + 1
+        {"flow_window_bytes": bdp, "flow_ref_window_bytes": bdp, "flow_rate_bps": LINE},  # first ACK: records only
+        {**started, "flow_window_bytes": 90_000.0, "flow_round_end_seq": 10},  # ACK 5 <= 10: W from W_c, W_c kept
+        {**started, "flow_window_bytes": 90_000.0, "flow_round_end_seq": 10},  # ACK 11 > 10: W_c = W, stage + 1
         # not started: records only, even with telemetry already stored
-        {**started, "started": False, "window_bytes": 90_000.0, "hpcc_u": 0.2, "last_update_seq": 10},
+        {
+            **started,
+            "flow_has_int": False,
+            "flow_window_bytes": 90_000.0,
+            "flow_inflight_u": 0.2,
+            "flow_round_end_seq": 10,
+        },
     ]
-    st = make_state(lanes)
+    st = make_state(lanes, "hpcc")
     refs = [RefHpcc(**lane) for lane in pad(lanes, {})]
     acked, sent = pad([1, 5, 11, 1], 0), pad([8, 14, 19, 8], 0)
     ev = hops_ack([now] * 4, acked_packets=acked, sent_packets=sent)
@@ -1008,16 +1094,18 @@ def test_hpcc_first_ack_and_reference_once_per_round():
     for lane, ref in enumerate(refs):
         ref.ack(p, acked[lane], sent[lane], LINE, now if lane < 4 else [(-1, 0, 0, 0, LINE)] * HI)
     host = check_lanes(st, refs, "HPCC")
-    assert host.window_bytes[0] == bdp and host.hpcc_u[0] == 0.0 and host.last_update_seq[0] == 8
-    assert host.started[0] and list(host.int_ts_ps[0]) == [1 * US, 0, 0]
-    assert host.rate_bps[0] == pytest.approx(LINE, rel=REL)
-    assert host.window_bytes[1] == host.window_bytes[2] == pytest.approx(82_500, rel=REL)  # U = 0.5 < eta
-    assert host.hpcc_wc_bytes[1] == 80_000 and host.stage[1] == 2 and host.last_update_seq[1] == 10
-    assert host.hpcc_wc_bytes[2] == pytest.approx(82_500, rel=REL) and host.stage[2] == 3
-    assert host.last_update_seq[2] == 19
-    assert host.rate_bps[2] == pytest.approx(82_500 * 8 / (t / PS_PER_S), rel=REL)
-    assert host.window_bytes[3] == 90_000 and host.hpcc_u[3] == 0.2 and host.started[3]
-    assert host.last_update_seq[3] == 8 and host.hpcc_wc_bytes[3] == 80_000
+    assert host.flow_window_bytes[0] == bdp and host.hpcc.flow_inflight_u[0] == 0.0
+    assert host.hpcc.flow_round_end_seq[0] == 8
+    assert host.hpcc.flow_has_int[0] and list(host.hpcc.flow_int_ts_ps[0]) == [1 * US, 0, 0]
+    assert host.flow_rate_bps[0] == pytest.approx(LINE, rel=REL)
+    assert host.flow_window_bytes[1] == host.flow_window_bytes[2] == pytest.approx(82_500, rel=REL)  # U = 0.5 < eta
+    assert host.hpcc.flow_ref_window_bytes[1] == 80_000 and host.hpcc.flow_inc_stage[1] == 2
+    assert host.hpcc.flow_round_end_seq[1] == 10
+    assert host.hpcc.flow_ref_window_bytes[2] == pytest.approx(82_500, rel=REL) and host.hpcc.flow_inc_stage[2] == 3
+    assert host.hpcc.flow_round_end_seq[2] == 19
+    assert host.flow_rate_bps[2] == pytest.approx(82_500 * 8 / (t / PS_PER_S), rel=REL)
+    assert host.flow_window_bytes[3] == 90_000 and host.hpcc.flow_inflight_u[3] == 0.2 and host.hpcc.flow_has_int[3]
+    assert host.hpcc.flow_round_end_seq[3] == 8 and host.hpcc.flow_ref_window_bytes[3] == 80_000
 
 
 def hpcc_script(seed, n, n_hops, util, qmax, dt_us=(0.5, 3.0), rates=None, port_flip=0, stall=0, gaps=0):
@@ -1060,8 +1148,8 @@ def test_hpcc_scripted_acks():
     ]
     per_round = [1, 0, 8, 3, 2, 0]  # sent = acked + this: reference updated every (this + 1) ACKs
     bdp = LINE * t / PS_PER_S / 8
-    lanes = [{"window_bytes": bdp, "hpcc_wc_bytes": bdp, "rate_bps": LINE} for _ in range(F)]
-    st, refs = make_state(lanes), [RefHpcc(**lane) for lane in lanes]
+    lanes = [{"flow_window_bytes": bdp, "flow_ref_window_bytes": bdp, "flow_rate_bps": LINE} for _ in range(F)]
+    st, refs = make_state(lanes, "hpcc"), [RefHpcc(**lane) for lane in lanes]
     for step in range(n):
         acked = [step + 1] * F
         sent = [step + 1 + k for k in per_round]
@@ -1085,7 +1173,15 @@ def test_hpcc_scripted_acks():
 class RefTimely(Lane):
     """A TIMELY sender (Mittal et al. 2015, Algorithm 1), once per RTT."""
 
-    FIELDS = ("rate_bps", "stage", "rtt_diff_ps", "last_rtt_ps", "last_update_seq", "started")
+    ALGO = "timely"
+    FIELDS = (
+        "flow_rate_bps",
+        "flow_increases",
+        "flow_rtt_diff_ps",
+        "flow_prev_rtt_ps",
+        "flow_round_end_seq",
+        "flow_has_rtt",
+    )
 
     def rate_update(self, p, rtt, rtt_diff, line):
         """(new rate, increased) from this RTT sample and the smoothed difference."""
@@ -1102,14 +1198,14 @@ class RefTimely(Lane):
                 factor, branch = 0.0, "clamp0"
         self.log.append(branch)
         if increase:
-            hai = self.stage >= p.timely_hai_after
-            rate = self.rate_bps + (p.timely_rate_hai_bps if hai else p.timely_rate_ai_bps)
+            hai = self.flow_increases >= p.timely_hai_after
+            rate = self.flow_rate_bps + (p.timely_rate_hai_bps if hai else p.timely_rate_ai_bps)
             self.log.append("hai" if hai else "ai")
             if rate > line:
                 rate = line
                 self.log.append("cap")
             return rate, True
-        rate = self.rate_bps * factor
+        rate = self.flow_rate_bps * factor
         if rate < p.timely_min_rate_bps:
             rate = p.timely_min_rate_bps
             self.log.append("min")
@@ -1117,16 +1213,16 @@ class RefTimely(Lane):
 
     def ack(self, p, time_ps, data_sent_ps, acked, sent, line):
         rtt = time_ps - data_sent_ps
-        if acked <= self.last_update_seq:
+        if acked <= self.flow_round_end_seq:
             return  # not a new round
-        if self.started:
-            rtt_diff = (1 - p.timely_alpha) * self.rtt_diff_ps + p.timely_alpha * (rtt - self.last_rtt_ps)
-            self.rate_bps, increased = self.rate_update(p, rtt, rtt_diff, line)
-            self.stage = self.stage + 1 if increased else 0
-            self.rtt_diff_ps = rtt_diff
-        self.started = True  # the first sample only sets prev_rtt
-        self.last_rtt_ps = rtt
-        self.last_update_seq = sent
+        if self.flow_has_rtt:
+            rtt_diff = (1 - p.timely_alpha) * self.flow_rtt_diff_ps + p.timely_alpha * (rtt - self.flow_prev_rtt_ps)
+            self.flow_rate_bps, increased = self.rate_update(p, rtt, rtt_diff, line)
+            self.flow_increases = self.flow_increases + 1 if increased else 0
+            self.flow_rtt_diff_ps = rtt_diff
+        self.flow_has_rtt = True  # the first sample only sets prev_rtt
+        self.flow_prev_rtt_ps = rtt
+        self.flow_round_end_seq = sent
 
 
 TIMELY_PARAMS = dict(
@@ -1142,12 +1238,12 @@ TIMELY_PARAMS = dict(
 )
 
 
-TIMELY_CASE_DTYPES = (np.float64, np.int64, np.float64, np.int32)  # (rate, rtt, rtt_diff, stage)
+TIMELY_CASE_DTYPES = (np.float64, np.int64, np.float64, np.int32)  # (rate, rtt, rtt_diff, increases)
 
 
 def test_timely_new_rate_branches():
     cp, p = make_params(**TIMELY_PARAMS)
-    cases = [  # (rate, rtt, rtt_diff, stage)
+    cases = [  # (rate, rtt, rtt_diff, increases)
         (50e9, 30 * US, 5 * US, 0),  # below T_low: additive even with a rising RTT
         (50e9, 30 * US, 5 * US, 3),  # below T_low after hai_after increases: hyper-active step
         (50e9, 800 * US, -5 * US, 4),  # above T_high: 1 - beta (1 - T_high / rtt)
@@ -1155,28 +1251,28 @@ def test_timely_new_rate_branches():
         (50e9, 200 * US, 4 * US, 2),  # gradient > 0: 1 - beta gradient
         (50e9, 200 * US, 40 * US, 0),  # 1 - beta gradient < 0: clamped at 0, then min rate
     ]
-    rate, rtt, diff, stage = (np.array(c, d) for c, d in zip(zip(*cases), TIMELY_CASE_DTYPES))
-    got_rate, got_inc = jax.device_get(timely_new_rate(cp, rate, rtt, diff, stage, np.full(F, LINE)))
+    rate, rtt, diff, increases = (np.array(c, d) for c, d in zip(zip(*cases), TIMELY_CASE_DTYPES))
+    got_rate, got_inc = jax.device_get(timely_new_rate(cp, rate, rtt, diff, increases, np.full(F, LINE)))
     for lane, (r, rt, d, s) in enumerate(cases):
-        want_rate, want_inc = RefTimely(rate_bps=r, stage=s).rate_update(p, rt, d, LINE)
+        want_rate, want_inc = RefTimely(flow_rate_bps=r, flow_increases=s).rate_update(p, rt, d, LINE)
         assert bool(got_inc[lane]) == want_inc and math.isclose(got_rate[lane], want_rate, rel_tol=REL), lane
     assert list(got_rate) == pytest.approx(
         [52e9, 60e9, 50e9 * (1 - 0.8 * (1 - 500 / 800)), LINE, 50e9 * (1 - 0.8 * 0.2), 1e9], rel=REL
     )
     assert list(got_inc) == [True, True, False, True, False, False]
 
-    boundary = [  # (rate, rtt, rtt_diff, stage)
+    boundary = [  # (rate, rtt, rtt_diff, increases)
         (50e9, 50 * US, 4 * US, 0),  # rtt == T_low is not below it: gradient > 0 decreases
         (50e9, 500 * US, 4 * US, 0),  # rtt == T_high is not above it: 1 - beta gradient
         (50e9, 500 * US, 0.0, 0),  # gradient == 0 increases
         (50e9, 500 * US + 1, -4 * US, 0),  # just above T_high: decreases despite gradient < 0
-        (50e9, 49 * US, 0.0, 2),  # stage hai_after - 1: still additive
+        (50e9, 49 * US, 0.0, 2),  # hai_after - 1 increases: still additive
         (0.5e9, 49 * US, 0.0, 0),  # below the minimum rate: additive from there
     ]
-    rate, rtt, diff, stage = (np.array(c, d) for c, d in zip(zip(*boundary), TIMELY_CASE_DTYPES))
-    got_rate, got_inc = jax.device_get(timely_new_rate(cp, rate, rtt, diff, stage, np.full(F, LINE)))
+    rate, rtt, diff, increases = (np.array(c, d) for c, d in zip(zip(*boundary), TIMELY_CASE_DTYPES))
+    got_rate, got_inc = jax.device_get(timely_new_rate(cp, rate, rtt, diff, increases, np.full(F, LINE)))
     for lane, (r, rt, d, s) in enumerate(boundary):
-        want_rate, want_inc = RefTimely(rate_bps=r, stage=s).rate_update(p, rt, d, LINE)
+        want_rate, want_inc = RefTimely(flow_rate_bps=r, flow_increases=s).rate_update(p, rt, d, LINE)
         assert bool(got_inc[lane]) == want_inc and math.isclose(got_rate[lane], want_rate, rel_tol=REL), lane
     assert list(got_inc) == [False, False, True, False, True, True]
     assert list(got_rate[[0, 1, 2, 4, 5]]) == pytest.approx([50e9 * 0.84, 50e9 * 0.84, 52e9, 52e9, 2.5e9], rel=REL)
@@ -1184,12 +1280,19 @@ def test_timely_new_rate_branches():
 
 def test_timely_first_sample_and_once_per_round():
     cp, p = make_params(**TIMELY_PARAMS)
+    sampled = {
+        "flow_rate_bps": 40e9,
+        "flow_has_rtt": True,
+        "flow_prev_rtt_ps": 100 * US,
+        "flow_rtt_diff_ps": 2.0 * US,
+        "flow_round_end_seq": 9,
+    }
     lanes = [
-        {"rate_bps": 40e9},  # first ACK: only records the sample
-        {"rate_bps": 40e9, "started": True, "last_rtt_ps": 100 * US, "rtt_diff_ps": 2.0 * US, "last_update_seq": 9},
-        {"rate_bps": 40e9, "started": True, "last_rtt_ps": 100 * US, "rtt_diff_ps": 2.0 * US, "last_update_seq": 9},
+        {"flow_rate_bps": 40e9},  # first ACK: only records the sample
+        sampled,
+        sampled,
     ]
-    st, refs = make_state(lanes), [RefTimely(**lane) for lane in pad(lanes, {})]
+    st, refs = make_state(lanes, "timely"), [RefTimely(**lane) for lane in pad(lanes, {})]
     time_ps, data_sent = [1_000 * US] * F, [1_000 * US - 102 * US] * F
     acked, sent = pad([1, 9, 10], 0), pad([6, 15, 17], 0)
     ev = make_ack(time_ps=time_ps, data_sent_ps=data_sent, acked_packets=acked, sent_packets=sent)
@@ -1197,13 +1300,15 @@ def test_timely_first_sample_and_once_per_round():
     for lane, ref in enumerate(refs):
         ref.ack(p, time_ps[lane], data_sent[lane], acked[lane], sent[lane], LINE)
     host = check_lanes(st, refs, "TIMELY")
-    assert host.rate_bps[0] == 40e9 and host.last_rtt_ps[0] == 102 * US and host.started[0]
-    assert host.rtt_diff_ps[0] == 0.0 and host.last_update_seq[0] == 6 and host.stage[0] == 0
-    assert host.rate_bps[1] == 40e9 and host.last_rtt_ps[1] == 100 * US and host.last_update_seq[1] == 9
+    assert host.flow_rate_bps[0] == 40e9 and host.timely.flow_prev_rtt_ps[0] == 102 * US and host.timely.flow_has_rtt[0]
+    assert host.timely.flow_rtt_diff_ps[0] == 0.0
+    assert host.timely.flow_round_end_seq[0] == 6 and host.timely.flow_increases[0] == 0
+    assert host.flow_rate_bps[1] == 40e9 and host.timely.flow_prev_rtt_ps[1] == 100 * US
+    assert host.timely.flow_round_end_seq[1] == 9
     diff = 0.125 * 2 * US + 0.875 * 2 * US
-    assert host.rtt_diff_ps[2] == pytest.approx(diff, rel=REL)
-    assert host.rate_bps[2] == pytest.approx(40e9 * (1 - 0.8 * diff / (20 * US)), rel=REL)
-    assert host.last_rtt_ps[2] == 102 * US and host.last_update_seq[2] == 17
+    assert host.timely.flow_rtt_diff_ps[2] == pytest.approx(diff, rel=REL)
+    assert host.flow_rate_bps[2] == pytest.approx(40e9 * (1 - 0.8 * diff / (20 * US)), rel=REL)
+    assert host.timely.flow_prev_rtt_ps[2] == 102 * US and host.timely.flow_round_end_seq[2] == 17
 
 
 def test_timely_scripted_acks():
@@ -1220,8 +1325,8 @@ def test_timely_scripted_acks():
     per_round = [0, 0, 0, 0, 2, 1]  # sent = acked + this
     init_rate = [60e9, 80e9, 80e9, 5e9, 50e9, 50e9]
     cp, p = make_params(**TIMELY_PARAMS)
-    lanes = [{"rate_bps": r} for r in init_rate]
-    st, refs = make_state(lanes), [RefTimely(**lane) for lane in lanes]
+    lanes = [{"flow_rate_bps": r} for r in init_rate]
+    st, refs = make_state(lanes, "timely"), [RefTimely(**lane) for lane in lanes]
     for step in range(n):
         time_ps = [(step + 1) * 1_000 * US] * F
         data_sent = [t - int(r[step] * US) for t, r in zip(time_ps, rtts_us)]
@@ -1234,7 +1339,7 @@ def test_timely_scripted_acks():
         check_lanes(st, refs, f"ACK {step}")
     every = {x for r in refs for x in r.log}
     assert {"low", "high", "inc", "dec", "clamp0", "ai", "hai", "cap", "min"} <= every
-    assert refs[0].rate_bps == LINE and "hai" in refs[0].log
+    assert refs[0].flow_rate_bps == LINE and "hai" in refs[0].log
     assert "hai" in refs[3].log
     # rounds: lane 4 updates once per 3 ACKs, lane 5 once per 2
     assert len([x for x in refs[4].log if x in ("low", "high", "inc", "dec", "clamp0")]) == (n - 1) // 3

@@ -26,7 +26,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from multiverse_jax.cc.events import AckEvent
-from multiverse_jax.components.cc import CcParams, CcState
+from multiverse_jax.components.cc import CcParams, CcState, DcqcnState
 from multiverse_jax.units import NEVER
 
 # Which timer fires (the order breaks ties between timers due at the same time).
@@ -52,69 +52,79 @@ def increase(rate_bps, target_bps, timer_stage, byte_stage, line_rate_bps, cp: C
     return (rate_bps + target) / 2.0, target
 
 
-def on_ack(cp: CcParams, st: CcState, ev: AckEvent) -> CcState:
+def on_ack(cp: CcParams, cc: CcState, ev: AckEvent) -> CcState:
     """An ACK: only its CNP flag matters to DCQCN."""
+    st = cc.dcqcn
     cnp, t = ev.cnp, ev.time_ps
-    first = cnp & ~st.rate_limited
-    rate = jnp.where(first, st.rate_bps * cp.dcqcn_rate_on_first_cnp, st.rate_bps)
-    return st.replace(
-        rate_bps=rate,
-        target_rate_bps=jnp.where(first, rate, st.target_rate_bps),
-        alpha=jnp.where(first, 1.0, st.alpha),
-        cnp_seen_alpha=jnp.where(first, False, st.cnp_seen_alpha | cnp),
-        cnp_seen_decrease=st.cnp_seen_decrease | cnp,
-        rate_limited=st.rate_limited | cnp,
-        alpha_timer_ps=jnp.where(first, t + cp.dcqcn_alpha_timer_ps, st.alpha_timer_ps),
-        decrease_timer_ps=jnp.where(first, t + cp.dcqcn_decrease_interval_ps, st.decrease_timer_ps),
+    first = cnp & ~st.flow_rate_limited
+    rate = jnp.where(first, cc.flow_rate_bps * cp.dcqcn_rate_on_first_cnp, cc.flow_rate_bps)
+    return cc.replace(
+        flow_rate_bps=rate,
+        dcqcn=st.replace(
+            flow_target_rate_bps=jnp.where(first, rate, st.flow_target_rate_bps),
+            flow_alpha=jnp.where(first, 1.0, st.flow_alpha),
+            flow_cnp_seen_alpha=jnp.where(first, False, st.flow_cnp_seen_alpha | cnp),
+            flow_cnp_seen_decrease=st.flow_cnp_seen_decrease | cnp,
+            flow_rate_limited=st.flow_rate_limited | cnp,
+            flow_alpha_timer_ps=jnp.where(first, t + cp.dcqcn_alpha_timer_ps, st.flow_alpha_timer_ps),
+            flow_decrease_timer_ps=jnp.where(first, t + cp.dcqcn_decrease_interval_ps, st.flow_decrease_timer_ps),
+        ),
     )
 
 
-def next_timer(st: CcState):
+def next_timer(st: DcqcnState):
     """(F,) time of each flow's next timer event and (F,) which timer (TIMER_*)."""
-    timers = jnp.stack([st.alpha_timer_ps, st.decrease_timer_ps, st.increase_timer_ps, st.byte_event_ps], axis=-1)
+    timers = jnp.stack(
+        [st.flow_alpha_timer_ps, st.flow_decrease_timer_ps, st.flow_increase_timer_ps, st.flow_byte_event_ps], axis=-1
+    )
     which = jnp.argmin(timers, axis=-1).astype(jnp.int32)
     return jnp.min(timers, axis=-1), which
 
 
-def on_timer(cp: CcParams, st: CcState, time_ps, which, line_rate_bps) -> CcState:
+def on_timer(cp: CcParams, cc: CcState, time_ps, which, line_rate_bps) -> CcState:
     """The timer ``which`` (F,) of each flow fires at ``time_ps`` (F,)."""
+    st = cc.dcqcn
     # alpha timer
     is_alpha = which == TIMER_ALPHA
-    alpha = jnp.where(is_alpha, update_alpha(st.alpha, st.cnp_seen_alpha, cp.dcqcn_g), st.alpha)
+    alpha = jnp.where(is_alpha, update_alpha(st.flow_alpha, st.flow_cnp_seen_alpha, cp.dcqcn_g), st.flow_alpha)
     # decrease check
     is_check = which == TIMER_DECREASE
-    cut = is_check & st.cnp_seen_decrease
-    clamp = (st.timer_stage != 0) | (st.byte_stage != 0)  # ns-3 ClampTargetRate=0: keep R_T right after a cut
-    target = jnp.where(cut & clamp, st.rate_bps, st.target_rate_bps)
-    rate = jnp.where(cut, cut_rate(st.rate_bps, st.alpha, cp.dcqcn_min_rate_bps), st.rate_bps)
+    cut = is_check & st.flow_cnp_seen_decrease
+    clamp = (st.flow_timer_stage != 0) | (st.flow_byte_stage != 0)  # ns-3 ClampTargetRate=0: keep R_T right after a cut
+    target = jnp.where(cut & clamp, cc.flow_rate_bps, st.flow_target_rate_bps)
+    rate = jnp.where(cut, cut_rate(cc.flow_rate_bps, st.flow_alpha, cp.dcqcn_min_rate_bps), cc.flow_rate_bps)
     # increase events
     is_timer_inc, is_byte_inc = which == TIMER_INCREASE, which == TIMER_BYTES
-    inc_rate, inc_target = increase(rate, target, st.timer_stage, st.byte_stage, line_rate_bps, cp)
+    inc_rate, inc_target = increase(rate, target, st.flow_timer_stage, st.flow_byte_stage, line_rate_bps, cp)
     incr = is_timer_inc | is_byte_inc
-    return st.replace(
-        alpha=alpha,
-        cnp_seen_alpha=jnp.where(is_alpha, False, st.cnp_seen_alpha),
-        alpha_timer_ps=jnp.where(is_alpha, time_ps + cp.dcqcn_alpha_timer_ps, st.alpha_timer_ps),
-        cnp_seen_decrease=jnp.where(is_check, False, st.cnp_seen_decrease),
-        decrease_timer_ps=jnp.where(is_check, time_ps + cp.dcqcn_decrease_interval_ps, st.decrease_timer_ps),
-        rate_bps=jnp.where(incr, inc_rate, rate),
-        target_rate_bps=jnp.where(incr, inc_target, target),
-        timer_stage=jnp.where(cut, 0, st.timer_stage + is_timer_inc),
-        byte_stage=jnp.where(cut, 0, st.byte_stage + is_byte_inc),
-        bytes_counted=jnp.where(cut, 0, st.bytes_counted),
-        increase_timer_ps=jnp.where(
-            cut | is_timer_inc, time_ps + cp.dcqcn_increase_timer_ps, st.increase_timer_ps
+    return cc.replace(
+        flow_rate_bps=jnp.where(incr, inc_rate, rate),
+        dcqcn=st.replace(
+            flow_alpha=alpha,
+            flow_cnp_seen_alpha=jnp.where(is_alpha, False, st.flow_cnp_seen_alpha),
+            flow_alpha_timer_ps=jnp.where(is_alpha, time_ps + cp.dcqcn_alpha_timer_ps, st.flow_alpha_timer_ps),
+            flow_cnp_seen_decrease=jnp.where(is_check, False, st.flow_cnp_seen_decrease),
+            flow_decrease_timer_ps=jnp.where(
+                is_check, time_ps + cp.dcqcn_decrease_interval_ps, st.flow_decrease_timer_ps
+            ),
+            flow_target_rate_bps=jnp.where(incr, inc_target, target),
+            flow_timer_stage=jnp.where(cut, 0, st.flow_timer_stage + is_timer_inc),
+            flow_byte_stage=jnp.where(cut, 0, st.flow_byte_stage + is_byte_inc),
+            flow_bytes_counted=jnp.where(cut, 0, st.flow_bytes_counted),
+            flow_increase_timer_ps=jnp.where(
+                cut | is_timer_inc, time_ps + cp.dcqcn_increase_timer_ps, st.flow_increase_timer_ps
+            ),
+            flow_byte_event_ps=jnp.where(cut | is_byte_inc, NEVER, st.flow_byte_event_ps),
         ),
-        byte_event_ps=jnp.where(cut | is_byte_inc, NEVER, st.byte_event_ps),
     )
 
 
-def on_send(cp: CcParams, st: CcState, sent, wire_bytes, start_ps) -> CcState:
+def on_send(cp: CcParams, st: DcqcnState, sent, wire_bytes, start_ps) -> DcqcnState:
     """Byte counter: flows that sent a packet (``sent`` (F,)) count its bytes; every
     ``byte_counter`` bytes schedule an increase event at that send time."""
-    counted = st.bytes_counted + jnp.where(sent & st.rate_limited, wire_bytes, 0)
+    counted = st.flow_bytes_counted + jnp.where(sent & st.flow_rate_limited, wire_bytes, 0)
     full = counted >= cp.dcqcn_byte_counter_bytes
     return st.replace(
-        bytes_counted=jnp.where(full, counted - cp.dcqcn_byte_counter_bytes, counted),
-        byte_event_ps=jnp.where(full, jnp.minimum(st.byte_event_ps, start_ps), st.byte_event_ps),
+        flow_bytes_counted=jnp.where(full, counted - cp.dcqcn_byte_counter_bytes, counted),
+        flow_byte_event_ps=jnp.where(full, jnp.minimum(st.flow_byte_event_ps, start_ps), st.flow_byte_event_ps),
     )

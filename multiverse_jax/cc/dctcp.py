@@ -36,24 +36,27 @@ def grow_window(window_bytes, ssthresh_bytes, mss_bytes):
     return jnp.where(window_bytes < ssthresh_bytes, window_bytes + mss_bytes, window_bytes + mss_bytes**2 / window_bytes)
 
 
-def on_ack(cp: CcParams, st: CcState, ev: AckEvent) -> CcState:
-    acks = st.acks_in_round + 1
-    marks = st.marks_in_round + ev.ece.astype(jnp.int32)
-    round_done = ev.acked_packets > st.last_update_seq
-    alpha = jnp.where(round_done & st.started, update_alpha(st.alpha, marks, acks, cp.dctcp_g), st.alpha)
-    in_cwr = st.in_cwr & ~(ev.acked_packets > st.cwr_high_seq)
+def on_ack(cp: CcParams, cc: CcState, ev: AckEvent) -> CcState:
+    st = cc.dctcp
+    acks = st.flow_acks_in_round + 1
+    marks = st.flow_marks_in_round + ev.ece.astype(jnp.int32)
+    round_done = ev.acked_packets > st.flow_round_end_seq
+    alpha = jnp.where(round_done & st.flow_started, update_alpha(st.flow_alpha, marks, acks, cp.dctcp_g), st.flow_alpha)
+    in_cwr = st.flow_in_cwr & ~(ev.acked_packets > st.flow_cwr_high_seq)
     cut = ev.ece & ~in_cwr
-    window = jnp.where(cut, cut_window(st.window_bytes, alpha, cp.dctcp_min_window_bytes), st.window_bytes)
+    window = jnp.where(cut, cut_window(cc.flow_window_bytes, alpha, cp.dctcp_min_window_bytes), cc.flow_window_bytes)
     in_cwr = in_cwr | cut
-    window = jnp.where(in_cwr, window, grow_window(window, st.ssthresh_bytes, ev.mss_bytes))
-    return st.replace(
-        alpha=alpha,
-        acks_in_round=jnp.where(round_done, 0, acks),
-        marks_in_round=jnp.where(round_done, 0, marks),
-        last_update_seq=jnp.where(round_done, ev.sent_packets, st.last_update_seq),
-        started=jnp.ones_like(st.started),
-        in_cwr=in_cwr,
-        cwr_high_seq=jnp.where(cut, ev.sent_packets, st.cwr_high_seq),
-        window_bytes=window,
-        ssthresh_bytes=jnp.where(cut, window, st.ssthresh_bytes),
+    window = jnp.where(in_cwr, window, grow_window(window, st.flow_ssthresh_bytes, ev.mss_bytes))
+    return cc.replace(
+        flow_window_bytes=window,
+        dctcp=st.replace(
+            flow_alpha=alpha,
+            flow_acks_in_round=jnp.where(round_done, 0, acks),
+            flow_marks_in_round=jnp.where(round_done, 0, marks),
+            flow_round_end_seq=jnp.where(round_done, ev.sent_packets, st.flow_round_end_seq),
+            flow_started=jnp.ones_like(st.flow_started),
+            flow_in_cwr=in_cwr,
+            flow_cwr_high_seq=jnp.where(cut, ev.sent_packets, st.flow_cwr_high_seq),
+            flow_ssthresh_bytes=jnp.where(cut, window, st.flow_ssthresh_bytes),
+        ),
     )

@@ -22,24 +22,24 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from multiverse_jax.cc.events import AckEvent
-from multiverse_jax.components.cc import CcParams, CcState
+from multiverse_jax.components.cc import CcParams, CcState, HpccState
 
 PS_PER_S = 1e12
 
 
-def hop_utilisation(ev: AckEvent, st: CcState, base_rtt_s):
+def hop_utilisation(ev: AckEvent, st: HpccState, base_rtt_s):
     """(F, Hi) u' of every hop (-1 where the hop has no usable sample) and (F, Hi) tau in ps."""
-    dt_ps = ev.int_ts_ps - st.int_ts_ps
-    usable = (ev.int_port >= 0) & (ev.int_port == st.int_port) & (dt_ps > 0)
+    dt_ps = ev.int_ts_ps - st.flow_int_ts_ps
+    usable = (ev.int_port >= 0) & (ev.int_port == st.flow_int_port) & (dt_ps > 0)
     dt_s = jnp.maximum(dt_ps, 1) / PS_PER_S
-    tx_rate_bps = (ev.int_tx_bytes - st.int_tx_bytes) * 8.0 / dt_s
+    tx_rate_bps = (ev.int_tx_bytes - st.flow_int_tx_bytes) * 8.0 / dt_s
     rate = jnp.maximum(ev.int_rate_bps, 1.0)
-    qlen = jnp.minimum(ev.int_qlen_bytes, st.int_qlen_bytes) * 8.0
+    qlen = jnp.minimum(ev.int_qlen_bytes, st.flow_int_qlen_bytes) * 8.0
     u = qlen / (rate * base_rtt_s) + tx_rate_bps / rate
     return jnp.where(usable, u, -1.0), dt_ps
 
 
-def measure_inflight(ev: AckEvent, st: CcState, base_rtt_ps):
+def measure_inflight(ev: AckEvent, st: HpccState, base_rtt_ps):
     """(F,) the new U and (F,) whether any hop gave a sample."""
     u_hop, dt_ps = hop_utilisation(ev, st, base_rtt_ps / PS_PER_S)
     best = jnp.argmax(u_hop, axis=-1)
@@ -47,12 +47,12 @@ def measure_inflight(ev: AckEvent, st: CcState, base_rtt_ps):
     tau = jnp.minimum(jnp.take_along_axis(dt_ps, best[:, None], axis=-1)[:, 0], base_rtt_ps)
     weight = tau / base_rtt_ps
     sampled = u >= 0.0
-    return jnp.where(sampled, (1.0 - weight) * st.hpcc_u + weight * u, st.hpcc_u), sampled
+    return jnp.where(sampled, (1.0 - weight) * st.flow_inflight_u + weight * u, st.flow_inflight_u), sampled
 
 
-def compute_window(u, wc_bytes, stage, cp: CcParams):
+def compute_window(u, wc_bytes, inc_stage, cp: CcParams):
     """(W, multiplicative) from ComputeWind."""
-    multiplicative = (u >= cp.hpcc_eta) | (stage >= cp.hpcc_max_stage)
+    multiplicative = (u >= cp.hpcc_eta) | (inc_stage >= cp.hpcc_max_stage)
     w = jnp.where(multiplicative, wc_bytes / jnp.maximum(u / cp.hpcc_eta, 1e-9), wc_bytes) + cp.hpcc_w_ai_bytes
     return w, multiplicative
 
@@ -63,25 +63,30 @@ def window_bounds(cp: CcParams, line_rate_bps, min_rate_bps):
     return min_rate_bps * base_rtt_s / 8.0, line_rate_bps * base_rtt_s / 8.0
 
 
-def on_ack(cp: CcParams, st: CcState, ev: AckEvent) -> CcState:
+def on_ack(cp: CcParams, cc: CcState, ev: AckEvent) -> CcState:
+    st = cc.hpcc
     u, sampled = measure_inflight(ev, st, cp.hpcc_base_rtt_ps)
-    update = st.started & sampled
-    update_reference = ev.acked_packets > st.last_update_seq
-    w, multiplicative = compute_window(u, st.hpcc_wc_bytes, st.stage, cp)
+    update = st.flow_has_int & sampled
+    update_reference = ev.acked_packets > st.flow_round_end_seq
+    w, multiplicative = compute_window(u, st.flow_ref_window_bytes, st.flow_inc_stage, cp)
     lowest, highest = window_bounds(cp, ev.line_rate_bps, cp.hpcc_min_rate_bps)
     w = jnp.clip(w, lowest, highest)
-    window = jnp.where(update, w, st.window_bytes)
+    window = jnp.where(update, w, cc.flow_window_bytes)
     set_reference = update & update_reference
-    return st.replace(
-        hpcc_u=jnp.where(st.started, u, st.hpcc_u),
-        window_bytes=window,
-        rate_bps=window * 8.0 / (cp.hpcc_base_rtt_ps / PS_PER_S),
-        hpcc_wc_bytes=jnp.where(set_reference, w, st.hpcc_wc_bytes),
-        stage=jnp.where(set_reference, jnp.where(multiplicative, 0, st.stage + 1), st.stage),
-        last_update_seq=jnp.where(update_reference | ~st.started, ev.sent_packets, st.last_update_seq),
-        started=jnp.ones_like(st.started),
-        int_port=ev.int_port,
-        int_ts_ps=ev.int_ts_ps,
-        int_tx_bytes=ev.int_tx_bytes,
-        int_qlen_bytes=ev.int_qlen_bytes,
+    return cc.replace(
+        flow_window_bytes=window,
+        flow_rate_bps=window * 8.0 / (cp.hpcc_base_rtt_ps / PS_PER_S),
+        hpcc=st.replace(
+            flow_inflight_u=jnp.where(st.flow_has_int, u, st.flow_inflight_u),
+            flow_ref_window_bytes=jnp.where(set_reference, w, st.flow_ref_window_bytes),
+            flow_inc_stage=jnp.where(
+                set_reference, jnp.where(multiplicative, 0, st.flow_inc_stage + 1), st.flow_inc_stage
+            ),
+            flow_round_end_seq=jnp.where(update_reference | ~st.flow_has_int, ev.sent_packets, st.flow_round_end_seq),
+            flow_has_int=jnp.ones_like(st.flow_has_int),
+            flow_int_port=ev.int_port,
+            flow_int_ts_ps=ev.int_ts_ps,
+            flow_int_tx_bytes=ev.int_tx_bytes,
+            flow_int_qlen_bytes=ev.int_qlen_bytes,
+        ),
     )

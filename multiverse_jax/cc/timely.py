@@ -23,8 +23,9 @@ from multiverse_jax.cc.events import AckEvent
 from multiverse_jax.components.cc import CcParams, CcState
 
 
-def new_rate(cp: CcParams, rate_bps, rtt_ps, rtt_diff_ps, stage, line_rate_bps):
-    """(rate, increased) of one update from the RTT sample and the smoothed difference."""
+def new_rate(cp: CcParams, rate_bps, rtt_ps, rtt_diff_ps, increases, line_rate_bps):
+    """(rate, increased) of one update from the RTT sample and the smoothed difference
+    (``increases``: consecutive increases so far)."""
     gradient = rtt_diff_ps / cp.timely_min_rtt_ps
     rtt = rtt_ps.astype(jnp.float64)
     increase = (rtt_ps < cp.timely_t_low_ps) | ((rtt_ps <= cp.timely_t_high_ps) & (gradient <= 0.0))
@@ -33,23 +34,26 @@ def new_rate(cp: CcParams, rate_bps, rtt_ps, rtt_diff_ps, stage, line_rate_bps):
         1.0 - cp.timely_beta * (1.0 - cp.timely_t_high_ps / rtt),
         jnp.maximum(0.0, 1.0 - cp.timely_beta * gradient),
     )
-    step = jnp.where(stage < cp.timely_hai_after, cp.timely_rate_ai_bps, cp.timely_rate_hai_bps)
+    step = jnp.where(increases < cp.timely_hai_after, cp.timely_rate_ai_bps, cp.timely_rate_hai_bps)
     up = jnp.minimum(rate_bps + step, line_rate_bps)
     down = jnp.maximum(cp.timely_min_rate_bps, rate_bps * factor)
     return jnp.where(increase, up, down), increase
 
 
-def on_ack(cp: CcParams, st: CcState, ev: AckEvent) -> CcState:
+def on_ack(cp: CcParams, cc: CcState, ev: AckEvent) -> CcState:
+    st = cc.timely
     rtt_ps = ev.time_ps - ev.data_sent_ps
-    update = ev.acked_packets > st.last_update_seq
-    apply = update & st.started
-    rtt_diff = (1.0 - cp.timely_alpha) * st.rtt_diff_ps + cp.timely_alpha * (rtt_ps - st.last_rtt_ps)
-    rate, increased = new_rate(cp, st.rate_bps, rtt_ps, rtt_diff, st.stage, ev.line_rate_bps)
-    return st.replace(
-        rate_bps=jnp.where(apply, rate, st.rate_bps),
-        stage=jnp.where(apply, jnp.where(increased, st.stage + 1, 0), st.stage),
-        rtt_diff_ps=jnp.where(apply, rtt_diff, st.rtt_diff_ps),
-        last_rtt_ps=jnp.where(update, rtt_ps, st.last_rtt_ps),
-        last_update_seq=jnp.where(update, ev.sent_packets, st.last_update_seq),
-        started=st.started | update,
+    update = ev.acked_packets > st.flow_round_end_seq
+    apply = update & st.flow_has_rtt
+    rtt_diff = (1.0 - cp.timely_alpha) * st.flow_rtt_diff_ps + cp.timely_alpha * (rtt_ps - st.flow_prev_rtt_ps)
+    rate, increased = new_rate(cp, cc.flow_rate_bps, rtt_ps, rtt_diff, st.flow_increases, ev.line_rate_bps)
+    return cc.replace(
+        flow_rate_bps=jnp.where(apply, rate, cc.flow_rate_bps),
+        timely=st.replace(
+            flow_increases=jnp.where(apply, jnp.where(increased, st.flow_increases + 1, 0), st.flow_increases),
+            flow_rtt_diff_ps=jnp.where(apply, rtt_diff, st.flow_rtt_diff_ps),
+            flow_prev_rtt_ps=jnp.where(update, rtt_ps, st.flow_prev_rtt_ps),
+            flow_round_end_seq=jnp.where(update, ev.sent_packets, st.flow_round_end_seq),
+            flow_has_rtt=st.flow_has_rtt | update,
+        ),
     )

@@ -1,11 +1,14 @@
 """Congestion control: the constants of every algorithm (``CcParams``) and the per-flow
-sender and receiver state they update (``CcState``).
+state (``CcState``), and how both are built from an experiment's description.
 
-One batch may mix algorithms (``Params.cc_kind`` is per experiment), so every experiment
-carries every algorithm's constants and state; each rule only reads and writes its own
-fields. Rates are float64 bits per second, windows float64 bytes, times int64 ps.
-Defaults and their sources are in ``cc/config.py`` and the README; ``cc_params`` and
-``initial_cc_state`` build both from an experiment.
+``CcState`` holds what every algorithm shares -- the pacing rate and window the NIC obeys,
+the window gate, the receiver's count of ECN marks -- and one state per algorithm
+(``DcqcnState``, ``DctcpState``, ``HpccState``, ``TimelyState``) with exactly the fields
+that algorithm's rules (``cc/*.py``) read and write, in that algorithm's meaning. One batch
+may mix algorithms (``Params.cc_kind`` is per experiment), so every experiment carries
+every algorithm's constants and state; only its own algorithm's rules touch them.
+Rates are float64 bits per second, windows float64 bytes, times int64 ps. Defaults and
+their sources are in ``cc/config.py`` and the README.
 """
 
 from __future__ import annotations
@@ -73,50 +76,80 @@ class CcParams:
 
 
 @struct.dataclass
-class CcState:
-    """Per-flow congestion-control state. (F,) unless noted; Hi = Static.int_hops."""
+class DcqcnState:
+    """DCQCN (``cc/dcqcn.py``): the reaction point at the sender, the notification point at
+    the receiver (``systems/receive.py``). All (F,)."""
 
-    rate_bps: chex.Array  # (F,) float64 sending (pacing) rate
-    window_bytes: chex.Array  # (F,) float64 congestion window (window-based algorithms)
-    alpha: chex.Array  # (F,) float64 DCQCN / DCTCP congestion estimate
-    # DCQCN
-    target_rate_bps: chex.Array  # (F,) float64 R_T
-    cnp_seen_alpha: chex.Array  # (F,) bool a CNP arrived since the last alpha update
-    cnp_seen_decrease: chex.Array  # (F,) bool a CNP arrived since the last decrease check
-    rate_limited: chex.Array  # (F,) bool the first CNP has arrived (timers run)
-    timer_stage: chex.Array  # (F,) int32 DCQCN increase-timer events since the last cut
-    byte_stage: chex.Array  # (F,) int32 DCQCN byte-counter events since the last cut
-    bytes_counted: chex.Array  # (F,) int64 bytes sent since the last byte-counter event
-    alpha_timer_ps: chex.Array  # (F,) int64 next alpha update (NEVER: not armed)
-    decrease_timer_ps: chex.Array  # (F,) int64 next decrease check
-    increase_timer_ps: chex.Array  # (F,) int64 next rate-increase timer event
-    byte_event_ps: chex.Array  # (F,) int64 a byte-counter event pending since then (NEVER: none)
-    last_cnp_ps: chex.Array  # (F,) int64 receiver: when it last sent this flow a CNP
-    ecn_marked_packets: chex.Array  # (F,) int32 receiver: ECN-marked data packets delivered
-    cnps_sent: chex.Array  # (F,) int32 receiver: CNPs sent
-    # DCTCP
-    ssthresh_bytes: chex.Array  # (F,) float64 slow-start threshold
-    in_cwr: chex.Array  # (F,) bool window already cut for this window of data
-    cwr_high_seq: chex.Array  # (F,) int32 CWR ends when ACKs pass this packet count
-    acks_in_round: chex.Array  # (F,) int32 ACKs since the last alpha update
-    marks_in_round: chex.Array  # (F,) int32 ECN-echo ACKs since the last alpha update
-    # shared by DCTCP, HPCC, TIMELY: one "round" = one window of data acknowledged
-    last_update_seq: chex.Array  # (F,) int32 the round ends when ACKs pass this packet count
-    started: chex.Array  # (F,) bool the first ACK has been seen
-    # HPCC
-    hpcc_u: chex.Array  # (F,) float64 normalised inflight U
-    hpcc_wc_bytes: chex.Array  # (F,) float64 reference window W_c
-    stage: chex.Array  # (F,) int32 HPCC incStage / TIMELY consecutive increases
-    int_port: chex.Array  # (F, Hi) int32 last INT seen per hop: egress port (-1: none)
-    int_ts_ps: chex.Array  # (F, Hi) int64 its timestamp
-    int_tx_bytes: chex.Array  # (F, Hi) int64 its port's transmitted bytes
-    int_qlen_bytes: chex.Array  # (F, Hi) int64 its queue length
-    # TIMELY
-    last_rtt_ps: chex.Array  # (F,) int64 RTT sample of the last update
-    rtt_diff_ps: chex.Array  # (F,) float64 EWMA of RTT differences
-    # window gate (see GATE_ENTRIES)
-    gate_allow_bytes: chex.Array  # (F, G) float64 bytes the flow may have sent from gate_ps on
-    gate_ps: chex.Array  # (F, G) int64 when that allowance starts (NEVER: unused entry)
+    flow_target_rate_bps: chex.Array  # (F,) float64 R_T: the rate that increase events move towards
+    flow_alpha: chex.Array  # (F,) float64 congestion estimate: a cut keeps 1 - alpha / 2 of the rate
+    flow_cnp_seen_alpha: chex.Array  # (F,) bool a CNP arrived since the last alpha update
+    flow_cnp_seen_decrease: chex.Array  # (F,) bool a CNP arrived since the last decrease check
+    flow_rate_limited: chex.Array  # (F,) bool the first CNP has arrived (timers run)
+    flow_timer_stage: chex.Array  # (F,) int32 increase-timer events since the last cut
+    flow_byte_stage: chex.Array  # (F,) int32 byte-counter events since the last cut
+    flow_bytes_counted: chex.Array  # (F,) int64 bytes sent since the last byte-counter event
+    flow_alpha_timer_ps: chex.Array  # (F,) int64 next alpha update (NEVER: not armed)
+    flow_decrease_timer_ps: chex.Array  # (F,) int64 next decrease check (NEVER: not armed)
+    flow_increase_timer_ps: chex.Array  # (F,) int64 next rate-increase timer event (NEVER: not armed)
+    flow_byte_event_ps: chex.Array  # (F,) int64 a byte-counter event pending since then (NEVER: none)
+    flow_last_cnp_ps: chex.Array  # (F,) int64 receiver: when it last sent this flow a CNP
+    flow_cnps_sent: chex.Array  # (F,) int32 receiver: CNPs sent to this flow
+
+
+@struct.dataclass
+class DctcpState:
+    """DCTCP (``cc/dctcp.py``), a window-based sender driven by ECN echoes. All (F,)."""
+
+    flow_alpha: chex.Array  # (F,) float64 estimated fraction of marked packets: a cut keeps 1 - alpha / 2
+    flow_ssthresh_bytes: chex.Array  # (F,) float64 slow-start threshold (inf until the first cut)
+    flow_in_cwr: chex.Array  # (F,) bool the window was already cut for this window of data
+    flow_cwr_high_seq: chex.Array  # (F,) int32 CWR ends when the ACKs pass this packet count
+    flow_acks_in_round: chex.Array  # (F,) int32 ACKs since the last alpha update
+    flow_marks_in_round: chex.Array  # (F,) int32 ECN-echo ACKs since the last alpha update
+    flow_round_end_seq: chex.Array  # (F,) int32 an ACK past this packet count ends alpha's round (a window of data)
+    flow_started: chex.Array  # (F,) bool the first ACK has been seen (the first round only starts the count)
+
+
+@struct.dataclass
+class HpccState:
+    """HPCC (``cc/hpcc.py``): window from in-band telemetry. (F,) unless noted; Hi = Static.int_hops."""
+
+    flow_inflight_u: chex.Array  # (F,) float64 U: normalised inflight bytes, an EWMA over ACKs
+    flow_ref_window_bytes: chex.Array  # (F,) float64 W_c: reference window the next windows start from
+    flow_inc_stage: chex.Array  # (F,) int32 incStage: additive updates of W_c since the last multiplicative one
+    flow_round_end_seq: chex.Array  # (F,) int32 lastUpdateSeq: an ACK past this packet count updates W_c (once per RTT)
+    flow_has_int: chex.Array  # (F,) bool an earlier ACK's telemetry is stored (the first ACK only records it)
+    flow_int_port: chex.Array  # (F, Hi) int32 last INT seen per hop: egress port (-1: none)
+    flow_int_ts_ps: chex.Array  # (F, Hi) int64 its timestamp
+    flow_int_tx_bytes: chex.Array  # (F, Hi) int64 its port's transmitted bytes
+    flow_int_qlen_bytes: chex.Array  # (F, Hi) int64 its queue length
+
+
+@struct.dataclass
+class TimelyState:
+    """TIMELY (``cc/timely.py``): rate from the RTT gradient, updated once per RTT. All (F,)."""
+
+    flow_prev_rtt_ps: chex.Array  # (F,) int64 RTT sample of the last update
+    flow_rtt_diff_ps: chex.Array  # (F,) float64 EWMA of the differences of successive RTT samples
+    flow_increases: chex.Array  # (F,) int32 consecutive rate increases (hyper-active step from hai_after on)
+    flow_round_end_seq: chex.Array  # (F,) int32 the next update comes when the ACKs pass this packet count
+    flow_has_rtt: chex.Array  # (F,) bool an RTT sample is stored (the first sample only records it)
+
+
+@struct.dataclass
+class CcState:
+    """Per-flow congestion-control state: what every algorithm shares, then each algorithm's
+    own (only the experiment's ``cc_kind`` reads and writes it). G = GATE_ENTRIES."""
+
+    flow_rate_bps: chex.Array  # (F,) float64 sending (pacing) rate; DCTCP keeps the line rate
+    flow_window_bytes: chex.Array  # (F,) float64 congestion window of DCTCP and HPCC (0 for the others)
+    flow_gate_allow_bytes: chex.Array  # (F, G) float64 bytes the flow may have sent from flow_gate_ps on (inf: none)
+    flow_gate_ps: chex.Array  # (F, G) int64 when that allowance starts (NEVER: unused entry)
+    flow_ecn_marked_packets: chex.Array  # (F,) int32 receiver: ECN-marked data packets delivered
+    dcqcn: DcqcnState
+    dctcp: DctcpState
+    hpcc: HpccState
+    timely: TimelyState
 
 
 def base_rtt_ps(exp: Experiment, ecmp: EcmpTable) -> int:
@@ -191,46 +224,67 @@ def initial_cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s
     gate_allow[:, 0] = window if exp.cc in ("dctcp", "hpcc") else np.inf
     gate_ps = np.full((n, GATE_ENTRIES), NEVER, np.int64)
     gate_ps[:, 0] = 0
-
-    def zeros(dtype):
-        return np.zeros(n, dtype)
-
-    never = np.full(n, NEVER, np.int64)
-    hops = (n, s.int_hops)
     return CcState(
-        rate_bps=rate,
-        window_bytes=window.astype(np.float64),
-        alpha=np.ones(n),
-        target_rate_bps=rate.copy(),
-        cnp_seen_alpha=zeros(bool),
-        cnp_seen_decrease=zeros(bool),
-        rate_limited=zeros(bool),
-        timer_stage=zeros(np.int32),
-        byte_stage=zeros(np.int32),
-        bytes_counted=zeros(np.int64),
-        alpha_timer_ps=never,
-        decrease_timer_ps=never.copy(),
-        increase_timer_ps=never.copy(),
-        byte_event_ps=never.copy(),
-        last_cnp_ps=np.full(n, -(1 << 60), np.int64),
-        ecn_marked_packets=zeros(np.int32),
-        cnps_sent=zeros(np.int32),
-        ssthresh_bytes=np.full(n, np.inf),
-        in_cwr=zeros(bool),
-        cwr_high_seq=zeros(np.int32),
-        acks_in_round=zeros(np.int32),
-        marks_in_round=zeros(np.int32),
-        last_update_seq=zeros(np.int32),
-        started=zeros(bool),
-        hpcc_u=zeros(np.float64),
-        hpcc_wc_bytes=bdp.astype(np.float64),
-        stage=zeros(np.int32),
-        int_port=np.full(hops, -1, np.int32),
-        int_ts_ps=np.zeros(hops, np.int64),
-        int_tx_bytes=np.zeros(hops, np.int64),
-        int_qlen_bytes=np.zeros(hops, np.int64),
-        last_rtt_ps=zeros(np.int64),
-        rtt_diff_ps=zeros(np.float64),
-        gate_allow_bytes=gate_allow,
-        gate_ps=gate_ps,
+        flow_rate_bps=rate,
+        flow_window_bytes=window.astype(np.float64),
+        flow_gate_allow_bytes=gate_allow,
+        flow_gate_ps=gate_ps,
+        flow_ecn_marked_packets=np.zeros(n, np.int32),
+        dcqcn=_initial_dcqcn(rate, NEVER),
+        dctcp=DctcpState(
+            flow_alpha=np.ones(n),
+            flow_ssthresh_bytes=np.full(n, np.inf),
+            flow_in_cwr=np.zeros(n, bool),
+            flow_cwr_high_seq=np.zeros(n, np.int32),
+            flow_acks_in_round=np.zeros(n, np.int32),
+            flow_marks_in_round=np.zeros(n, np.int32),
+            flow_round_end_seq=np.zeros(n, np.int32),
+            flow_started=np.zeros(n, bool),
+        ),
+        hpcc=_initial_hpcc(bdp, s.int_hops),
+        timely=TimelyState(
+            flow_prev_rtt_ps=np.zeros(n, np.int64),
+            flow_rtt_diff_ps=np.zeros(n, np.float64),
+            flow_increases=np.zeros(n, np.int32),
+            flow_round_end_seq=np.zeros(n, np.int32),
+            flow_has_rtt=np.zeros(n, bool),
+        ),
+    )
+
+
+def _initial_dcqcn(rate_bps: np.ndarray, never: int) -> DcqcnState:
+    """Not rate limited: target = rate, alpha = 1, no timer armed, no CNP sent yet."""
+    n = rate_bps.shape[0]
+    return DcqcnState(
+        flow_target_rate_bps=rate_bps.copy(),
+        flow_alpha=np.ones(n),
+        flow_cnp_seen_alpha=np.zeros(n, bool),
+        flow_cnp_seen_decrease=np.zeros(n, bool),
+        flow_rate_limited=np.zeros(n, bool),
+        flow_timer_stage=np.zeros(n, np.int32),
+        flow_byte_stage=np.zeros(n, np.int32),
+        flow_bytes_counted=np.zeros(n, np.int64),
+        flow_alpha_timer_ps=np.full(n, never, np.int64),
+        flow_decrease_timer_ps=np.full(n, never, np.int64),
+        flow_increase_timer_ps=np.full(n, never, np.int64),
+        flow_byte_event_ps=np.full(n, never, np.int64),
+        flow_last_cnp_ps=np.full(n, -(1 << 60), np.int64),  # long ago: the first marked packet gets a CNP
+        flow_cnps_sent=np.zeros(n, np.int32),
+    )
+
+
+def _initial_hpcc(bdp_bytes: np.ndarray, int_hops: int) -> HpccState:
+    """W_c = B T (the initial window), no telemetry seen yet."""
+    n = bdp_bytes.shape[0]
+    hops = (n, int_hops)
+    return HpccState(
+        flow_inflight_u=np.zeros(n, np.float64),
+        flow_ref_window_bytes=bdp_bytes.astype(np.float64),
+        flow_inc_stage=np.zeros(n, np.int32),
+        flow_round_end_seq=np.zeros(n, np.int32),
+        flow_has_int=np.zeros(n, bool),
+        flow_int_port=np.full(hops, -1, np.int32),
+        flow_int_ts_ps=np.zeros(hops, np.int64),
+        flow_int_tx_bytes=np.zeros(hops, np.int64),
+        flow_int_qlen_bytes=np.zeros(hops, np.int64),
     )

@@ -19,8 +19,8 @@ def gate_ps(params: Params, state: State):
     """(F,) earliest time the window lets each flow send its next packet (NEVER: not in this window)."""
     cc = state.cc
     sent_bytes = state.flows.flow_sent_packets.astype(jnp.float64) * params.payload_bytes
-    open_ = cc.gate_allow_bytes > sent_bytes[:, None]
-    return jnp.min(jnp.where(open_, cc.gate_ps, NEVER), axis=-1)
+    open_ = cc.flow_gate_allow_bytes > sent_bytes[:, None]
+    return jnp.min(jnp.where(open_, cc.flow_gate_ps, NEVER), axis=-1)
 
 
 def pacing_gap_ps(rate_bps, wire_bytes):
@@ -34,18 +34,20 @@ def next_send_ps(params: Params, cc: CcState, flow, start_ps, serialization_ps, 
     CC_NONE: back to back at line rate. Otherwise paced at the flow's rate (never faster
     than the line).
     """
-    paced = pacing_gap_ps(cc.rate_bps[flow], wire_bytes)
+    paced = pacing_gap_ps(cc.flow_rate_bps[flow], wire_bytes)
     gap = jnp.where(params.cc_kind == CC_NONE, serialization_ps, jnp.maximum(serialization_ps, paced))
     return start_ps + gap
 
 
 def on_send(params: Params, cc: CcState, sent, wire_bytes, start_ps) -> CcState:
     """Per-flow bookkeeping of sent packets (DCQCN's byte counter). Arrays (F,)."""
-    counted = dcqcn.on_send(params.cc, cc, sent, wire_bytes, start_ps)
+    counted = dcqcn.on_send(params.cc, cc.dcqcn, sent, wire_bytes, start_ps)
     is_dcqcn = params.cc_kind == CC_DCQCN
     return cc.replace(
-        bytes_counted=jnp.where(is_dcqcn, counted.bytes_counted, cc.bytes_counted),
-        byte_event_ps=jnp.where(is_dcqcn, counted.byte_event_ps, cc.byte_event_ps),
+        dcqcn=cc.dcqcn.replace(
+            flow_bytes_counted=jnp.where(is_dcqcn, counted.flow_bytes_counted, cc.dcqcn.flow_bytes_counted),
+            flow_byte_event_ps=jnp.where(is_dcqcn, counted.flow_byte_event_ps, cc.dcqcn.flow_byte_event_ps),
+        )
     )
 
 
@@ -62,5 +64,5 @@ def timers_active(params: Params, state: State):
 
 def next_timer_ps(params: Params, state: State):
     """() the next timer event of the experiment (NEVER if none): an event for the clock."""
-    t, _ = dcqcn.next_timer(state.cc)
+    t, _ = dcqcn.next_timer(state.cc.dcqcn)
     return jnp.min(jnp.where(timers_active(params, state), t, NEVER))

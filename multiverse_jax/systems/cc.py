@@ -12,7 +12,7 @@ Their effects start at their own times, never earlier:
   inter-packet gaps (as ns-3's ``ChangeRate``), but never before the event; a packet
   already due before the event keeps its time;
 * window (DCTCP, HPCC): the flow may have sent ``acked + window`` bytes from the ACK's
-  arrival on (``CcState.gate_*``, read by ``ops.cc.gate_ps``). A cut is applied from the
+  arrival on (``CcState.flow_gate_*``, read by ``ops.cc.gate_ps``). A cut is applied from the
   window's start if the window had more than ``GATE_ENTRIES - 1`` ACKs of that flow
   (conservative: less sending, up to one window early).
 
@@ -48,7 +48,7 @@ def window_based(params: Params):
 def allowance_bytes(params: Params, cc: CcState, acked_packets):
     """(F,) bytes a flow may have sent: acknowledged bytes + window (inf without a window)."""
     acked = acked_packets.astype(jnp.float64) * params.payload_bytes
-    return jnp.where(window_based(params), acked + cc.window_bytes, NO_LIMIT)
+    return jnp.where(window_based(params), acked + cc.flow_window_bytes, NO_LIMIT)
 
 
 def _ack_event(params: Params, state: State, slot, acked_packets, line_rate):
@@ -106,14 +106,14 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
         entry = jnp.arange(GATE_ENTRIES)
         allow0 = allowance_bytes(params, state.cc, flows.flow_acked_packets)
         cc = state.cc.replace(
-            gate_allow_bytes=jnp.where(entry == 0, allow0[:, None], NO_LIMIT),
-            gate_ps=jnp.where(entry == 0, jnp.int64(0), NEVER) + jnp.zeros((n_flows, 1), jnp.int64),
+            flow_gate_allow_bytes=jnp.where(entry == 0, allow0[:, None], NO_LIMIT),
+            flow_gate_ps=jnp.where(entry == 0, jnp.int64(0), NEVER) + jnp.zeros((n_flows, 1), jnp.int64),
         )
 
         def next_events(carry):
             pending, cc, _, _, _ = carry
             t_ack, slot = fifo_head(pending, pkts.pkt_time_ps, pkts.pkt_flow, n_flows, window_start_ps)
-            t_timer, which = dcqcn.next_timer(cc)
+            t_timer, which = dcqcn.next_timer(cc.dcqcn)
             t_timer = jnp.where(timers_on, t_timer, NEVER)
             return t_ack, jnp.minimum(slot, n_slots - 1), t_timer, which
 
@@ -139,14 +139,15 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
                 cc,
             )
             flows_now = state.flows.replace(flow_next_send_ps=next_send)
-            next_send = _retime(state.replace(flows=flows_now), cc.rate_bps, new.rate_bps, t_event, full_wire)
+            next_send = _retime(state.replace(flows=flows_now), cc.flow_rate_bps, new.flow_rate_bps, t_event, full_wire)
             # Window gate: from this ACK on, the flow may have sent acked + window bytes.
             n_acks = n_acks + is_ack
             at = jnp.minimum(n_acks, GATE_ENTRIES - 1)[:, None] == entry
             record = (is_ack & window_based(params))[:, None] & at
+            allow_now = allowance_bytes(params, new, acked)[:, None]
             new = new.replace(
-                gate_allow_bytes=jnp.where(record, allowance_bytes(params, new, acked)[:, None], new.gate_allow_bytes),
-                gate_ps=jnp.where(record, t_ack[:, None], new.gate_ps),
+                flow_gate_allow_bytes=jnp.where(record, allow_now, new.flow_gate_allow_bytes),
+                flow_gate_ps=jnp.where(record, t_ack[:, None], new.flow_gate_ps),
             )
             pending = pending.at[jnp.where(is_ack, slot, n_slots)].set(False, mode="drop")
             return pending, new, acked, n_acks, next_send
@@ -154,8 +155,9 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
         init = (acks_here, cc, flows.flow_acked_packets, jnp.zeros(n_flows, jnp.int32), flows.flow_next_send_ps)
         _, cc, _, _, next_send = jax.lax.while_loop(any_event, one_event, init)
         # A later cut binds earlier entries too (never send more than a later state allows).
-        allow = jnp.flip(jax.lax.cummin(jnp.flip(cc.gate_allow_bytes, -1), axis=cc.gate_allow_bytes.ndim - 1), -1)
-        cc = cc.replace(gate_allow_bytes=allow)
+        gate = cc.flow_gate_allow_bytes
+        allow = jnp.flip(jax.lax.cummin(jnp.flip(gate, -1), axis=gate.ndim - 1), -1)
+        cc = cc.replace(flow_gate_allow_bytes=allow)
         return state.replace(cc=cc, flows=flows.replace(flow_next_send_ps=next_send))
 
 

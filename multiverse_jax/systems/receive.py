@@ -43,7 +43,7 @@ def receive(params: Params, state: State, window_end_ps) -> State:
         cnp_due = (
             (params.cc_kind == CC_DCQCN)
             & (marked_slot < n_slots)
-            & (marked_ps - cc.last_cnp_ps >= params.cc.dcqcn_cnp_interval_ps)
+            & (marked_ps - cc.dcqcn.flow_last_cnp_ps >= params.cc.dcqcn_cnp_interval_ps)
         )
         packets = pkts.replace(
             pkt_is_ack=pkts.pkt_is_ack | delivered,
@@ -59,9 +59,12 @@ def receive(params: Params, state: State, window_end_ps) -> State:
             flow_rx_bytes=rx_bytes,
             flow_rx_finish_ps=jnp.where(completes, last_arrival, flows.flow_rx_finish_ps),
         )
+        marked = count_by(delivered & pkts.pkt_ecn, pkts.pkt_flow, n_flows)
         cc = cc.replace(
-            last_cnp_ps=jnp.where(cnp_due, marked_ps, cc.last_cnp_ps),
-            ecn_marked_packets=cc.ecn_marked_packets + count_by(delivered & pkts.pkt_ecn, pkts.pkt_flow, n_flows),
-            cnps_sent=cc.cnps_sent + cnp_due,
+            flow_ecn_marked_packets=cc.flow_ecn_marked_packets + marked,
+            dcqcn=cc.dcqcn.replace(
+                flow_last_cnp_ps=jnp.where(cnp_due, marked_ps, cc.dcqcn.flow_last_cnp_ps),
+                flow_cnps_sent=cc.dcqcn.flow_cnps_sent + cnp_due,
+            ),
         )
         return state.replace(packets=packets, flows=flows, cc=cc)

@@ -31,8 +31,8 @@ def sample(params: Params, state: State, window_end_ps) -> State:
             sample_count=smp.sample_count + due,
             next_sample_ps=jnp.where(due, following, smp.next_sample_ps),
             sample_time_ps=smp.sample_time_ps.at[at].set(window_end_ps, mode="drop"),
-            sample_flow_rate_bps=smp.sample_flow_rate_bps.at[at].set(state.cc.rate_bps, mode="drop"),
-            sample_flow_window_bytes=smp.sample_flow_window_bytes.at[at].set(state.cc.window_bytes, mode="drop"),
+            sample_flow_rate_bps=smp.sample_flow_rate_bps.at[at].set(state.cc.flow_rate_bps, mode="drop"),
+            sample_flow_window_bytes=smp.sample_flow_window_bytes.at[at].set(state.cc.flow_window_bytes, mode="drop"),
             sample_flow_rx_bytes=smp.sample_flow_rx_bytes.at[at].set(state.flows.flow_rx_bytes, mode="drop"),
             sample_port_queue_bytes=smp.sample_port_queue_bytes.at[at].set(queue_bytes, mode="drop"),
         )
