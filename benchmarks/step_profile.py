@@ -1,11 +1,12 @@
 """Cost of one window, system by system, and the lockstep cost of transmit rounds.
 
 Runs a k-ary fat-tree permutation batch for a while (so queues and PFC are busy), then
-times each system of the step on that state: ``forward``, ``receive``, ``ack``,
-``complete``, ``transmit`` (the serve rounds), ``pfc`` and ``clock``, each jitted and
-vmapped over the batch on its own. Then it counts, over the next windows, the transmit
-rounds each experiment needs and the rounds the batch runs (the largest of the batch, as
-a vmapped while-loop runs in lockstep). Prints a table and writes JSON.
+times each system of the step, in the engine's order (``engine.SYSTEMS``: ``forward``,
+``receive``, ``cc``, ``ack``, ``complete``, ``schedule``, ``transmit`` (the serve rounds),
+``pfc``, ``sample``, ``clock``) and the whole step, each jitted and vmapped over the
+batch on its own. Then it counts, over the next windows, the transmit rounds each
+experiment needs and the rounds the batch runs (the largest of the batch, as a vmapped
+while-loop runs in lockstep). Prints a table and writes JSON.
 
     python benchmarks/step_profile.py --k 4 --experiments 16
 """
@@ -27,13 +28,7 @@ from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import SimConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.config import derangement
-from multiverse_jax.systems.ack import ack
-from multiverse_jax.systems.clock import clock
-from multiverse_jax.systems.complete import complete
-from multiverse_jax.systems.forward import set_forward_plan
-from multiverse_jax.systems.pfc import pfc
-from multiverse_jax.systems.receive import receive
-from multiverse_jax.systems.transmit import _serve_once, transmit
+from multiverse_jax.systems.transmit import serve_round
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
 
@@ -42,28 +37,22 @@ def _with_window(system):
     return lambda p, s: system(p, s, s.time_ps + p.window_ps)
 
 
-SYSTEMS = {
-    "forward": _with_window(set_forward_plan),
-    "receive": _with_window(receive),
-    "ack": _with_window(ack),
-    "complete": complete,
-    "transmit": _with_window(transmit),
-    "pfc": _with_window(pfc),
-    "clock": _with_window(clock),
-    "whole step": engine.step,
-}
+SYSTEMS = {name: _with_window(system) for name, system in engine.SYSTEMS} | {"whole step": engine.step}
 
 
 @jax.jit
 @jax.vmap
 def transmit_rounds(params, state):
-    """Rounds transmit needs for this window of one experiment (arrivals applied first)."""
+    """Rounds transmit needs for this window of one experiment (the systems before it applied first)."""
     end = state.time_ps + params.window_ps
-    state = complete(params, ack(params, receive(params, set_forward_plan(params, state, end), end), end))
+    for name, system in engine.SYSTEMS:
+        if name == "transmit":
+            break
+        state = system(params, state, end)
 
     def body(carry):
         s, _, rounds = carry
-        s, more = _serve_once(params, s, end)
+        s, more = serve_round(params, s, end)
         return s, more, rounds + 1
 
     return jax.lax.while_loop(lambda c: c[1], body, (state, True, 0))[2]

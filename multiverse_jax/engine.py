@@ -1,9 +1,10 @@
 """The step, the compiled scan over steps, and the host loop.
 
 ``step(params, state) -> state`` processes one lookahead window of one experiment, as the
-chain of systems below; ``advance`` applies it to every experiment of the batch (vmap,
-or a loop over experiments on a CPU) and loops over up to K steps in one compiled program; ``run`` calls ``advance`` until every experiment has finished
-(or failed), checking the error words on the host between calls.
+chain of systems ``SYSTEMS`` (name, function) in order; ``advance`` applies it to every
+experiment of the batch (vmap, or a loop over experiments on a CPU) and loops over up to
+K steps in one compiled program; ``run`` calls ``advance`` until every experiment has
+finished (or failed), checking the error words on the host between calls.
 
 Several devices (``run(..., devices=N)``): the experiment axis E of every leaf of the
 batch is sharded over a 1-D mesh of N local devices (axis ``"experiments"``), and the
@@ -38,24 +39,36 @@ from multiverse_jax.systems.schedule import schedule
 from multiverse_jax.systems.transmit import transmit
 
 
+System = Callable[[Params, State, jax.Array], State]
+
+# The step's systems in order, each ``f(params, state, window_end_ps) -> state``.
+SYSTEMS: tuple[tuple[str, System], ...] = (
+    ("forward", set_forward_plan),  # arrivals at switches -> egress queues
+    ("receive", receive),  # data at receivers -> ACKs (ECN echo, CNPs)
+    ("cc", congestion_control),  # ACKs and timers -> rates, windows
+    ("ack", ack),  # ACKs at senders
+    ("complete", complete),  # finish times -> triggers -> flow starts
+    ("schedule", schedule),  # task DAG: starts, finishes -> flow starts
+    ("transmit", transmit),  # NICs and switch ports serialise
+    ("pfc", pfc),  # pause / resume decisions
+    ("sample", sample),  # time series
+    ("clock", clock),  # the next window, or a jump to the next event
+)
+
+
 def step(params: Params, state: State) -> State:
-    """One window [t, t + window) of one experiment.
+    """One window [t, t + window) of one experiment: ``SYSTEMS`` in order, each in a
+    ``jax.named_scope`` of its name (so profiles read like the design).
 
     Every packet arriving anywhere inside the window was already in flight when it began,
     so arrivals are applied first, each with its exact time; then ports transmit through
     the window; what they send lands in later windows.
     """
     window_end_ps = state.time_ps + params.window_ps
-    state = set_forward_plan(params, state, window_end_ps)  # arrivals at switches
-    state = receive(params, state, window_end_ps)  # data at receivers -> ACKs (ECN echo, CNPs)
-    state = congestion_control(params, state, window_end_ps)  # ACKs and timers -> rates, windows
-    state = ack(params, state, window_end_ps)  # ACKs at senders
-    state = complete(params, state)  # finish times -> triggers -> flow starts
-    state = schedule(params, state)  # task DAG: starts, finishes -> flow starts
-    state = transmit(params, state, window_end_ps)  # NICs and switch ports serialise
-    state = pfc(params, state, window_end_ps)  # pause / resume decisions
-    state = sample(params, state, window_end_ps)  # time series
-    return clock(params, state, window_end_ps)
+    for name, system in SYSTEMS:
+        with jax.named_scope(name):
+            state = system(params, state, window_end_ps)
+    return state
 
 
 BATCHING_MODES = ("auto", "vmap", "map")

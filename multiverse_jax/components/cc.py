@@ -20,10 +20,10 @@ import numpy as np
 from flax import struct
 
 from multiverse_jax.components.static import Static
-from multiverse_jax.topology.graph import PS_PER_US
+from multiverse_jax.experiment import Experiment
+from multiverse_jax.units import NEVER, PS_PER_US
 
 if TYPE_CHECKING:
-    from multiverse_jax.experiment import Experiment
     from multiverse_jax.topology.routing import EcmpTable
 
 # Window-based algorithms keep, per window of the simulation, up to GATE_ENTRIES
@@ -212,8 +212,6 @@ def cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
 def initial_cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s: Static) -> CcState:
     """Initial state of ``s.n_flows`` flows (``line_rate_bps``: the real flows' NIC rates;
     padded flows get 1 b/s): line rate; DCTCP's initial window, HPCC's W = B T."""
-    from multiverse_jax.units import NEVER
-
     n = s.n_flows
     rate = np.ones(n)
     rate[: line_rate_bps.shape[0]] = line_rate_bps

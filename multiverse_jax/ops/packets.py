@@ -1,11 +1,17 @@
-"""The packet pool: serialisation time, and which packets reach the far end of their link
-in a window."""
+"""The packet pool: which packets are in flight or queued, which reach the far end of
+their link in a window, the bytes queued at each port, and serialisation time.
+
+A packet is either queued at egress port ``pkt_port`` or in flight on link ``pkt_port``
+(``components/packets.py``); arrays (S_total,) are over the experiment's pool slots.
+"""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.components.experiment import Params
+from multiverse_jax.components.packets import PacketState
+from multiverse_jax.ops.segments import count_by
 
 PS_BITS_PER_BYTE = 8 * 10**12  # bits per byte times picoseconds per second
 
@@ -19,14 +25,36 @@ def serialization_ps(wire_bytes, rate_bps):
     return (numerator + rate_bps - 1) // rate_bps
 
 
-def arriving_acks(params: Params, state: State, window_end_ps):
-    """(S_total,) bool: ACKs reaching their sender (a host) before the window ends."""
-    pkts = state.packets
-    node = params.links.link_dst_node[pkts.pkt_port]
-    return (
-        pkts.pkt_valid
-        & pkts.pkt_in_flight
-        & pkts.pkt_is_ack
-        & (pkts.pkt_time_ps < window_end_ps)
-        & params.nodes.node_is_host[node]
-    )
+def in_flight(pkts: PacketState):
+    """(S_total,) bool packets on a wire."""
+    return pkts.pkt_valid & pkts.pkt_in_flight
+
+
+def queued(pkts: PacketState):
+    """(S_total,) bool packets waiting in an egress queue."""
+    return pkts.pkt_valid & ~pkts.pkt_in_flight
+
+
+def arriving(pkts: PacketState, window_end_ps):
+    """(S_total,) bool packets in flight whose last bit reaches the far end of their link
+    before the window ends (each at its own ``pkt_time_ps``)."""
+    return in_flight(pkts) & (pkts.pkt_time_ps < window_end_ps)
+
+
+def at_host(params: Params, pkts: PacketState):
+    """(S_total,) bool the far end of the packet's link is a host (else a switch)."""
+    return params.nodes.node_is_host[params.links.link_dst_node[pkts.pkt_port]]
+
+
+def arriving_acks(params: Params, pkts: PacketState, window_end_ps):
+    """(S_total,) bool ACKs reaching their sender (a host) before the window ends."""
+    return arriving(pkts, window_end_ps) & pkts.pkt_is_ack & at_host(params, pkts)
+
+
+def port_queue_bytes(params: Params, pkts: PacketState, arrived_by_ps=None):
+    """(P,) int64 wire bytes queued at each egress port, every class. With ``arrived_by_ps``
+    (P,): only the packets that reached their port by ``arrived_by_ps[port]``."""
+    held = queued(pkts)
+    if arrived_by_ps is not None:
+        held = held & (pkts.pkt_time_ps <= arrived_by_ps[pkts.pkt_port])
+    return count_by(held, pkts.pkt_port, params.static.n_ports, pkts.pkt_bytes.astype(jnp.int64))

@@ -93,72 +93,71 @@ def _retime(state: State, old_rate, new_rate, event_ps, wire_bytes):
 
 
 def congestion_control(params: Params, state: State, window_end_ps) -> State:
-    with jax.named_scope("cc"):
-        pkts, flows = state.packets, state.flows
-        n_flows, n_slots = params.static.n_flows, params.static.n_slots
-        window_start_ps = window_end_ps - params.window_ps
-        acks_here = arriving_acks(params, state, window_end_ps) & (params.cc_kind != CC_NONE)
-        line_rate = line_rate_bps(params)
-        full_wire = (params.payload_bytes + params.header_bytes).astype(jnp.float64)
-        timers_on = timers_active(params, state)
+    pkts, flows = state.packets, state.flows
+    n_flows, n_slots = params.static.n_flows, params.static.n_slots
+    window_start_ps = window_end_ps - params.window_ps
+    acks_here = arriving_acks(params, pkts, window_end_ps) & (params.cc_kind != CC_NONE)
+    line_rate = line_rate_bps(params)
+    full_wire = (params.payload_bytes + params.header_bytes).astype(jnp.float64)
+    timers_on = timers_active(params, state)
 
-        # The window gate starts from the allowance at the window start.
-        entry = jnp.arange(GATE_ENTRIES)
-        allow0 = allowance_bytes(params, state.cc, flows.flow_acked_packets)
-        cc = state.cc.replace(
-            flow_gate_allow_bytes=jnp.where(entry == 0, allow0[:, None], NO_LIMIT),
-            flow_gate_ps=jnp.where(entry == 0, jnp.int64(0), NEVER) + jnp.zeros((n_flows, 1), jnp.int64),
+    # The window gate starts from the allowance at the window start.
+    entry = jnp.arange(GATE_ENTRIES)
+    allow0 = allowance_bytes(params, state.cc, flows.flow_acked_packets)
+    cc = state.cc.replace(
+        flow_gate_allow_bytes=jnp.where(entry == 0, allow0[:, None], NO_LIMIT),
+        flow_gate_ps=jnp.where(entry == 0, jnp.int64(0), NEVER) + jnp.zeros((n_flows, 1), jnp.int64),
+    )
+
+    def next_events(carry):
+        pending, cc, _, _, _ = carry
+        t_ack, slot = fifo_head(pending, pkts.pkt_time_ps, pkts.pkt_flow, n_flows, window_start_ps)
+        t_timer, which = dcqcn.next_timer(cc.dcqcn)
+        t_timer = jnp.where(timers_on, t_timer, NEVER)
+        return t_ack, jnp.minimum(slot, n_slots - 1), t_timer, which
+
+    def any_event(carry):
+        t_ack, _, t_timer, _ = next_events(carry)
+        return jnp.any(jnp.minimum(t_ack, t_timer) < window_end_ps)
+
+    def one_event(carry):
+        pending, cc, acked, n_acks, next_send = carry
+        t_ack, slot, t_timer, which = next_events(carry)
+        t_event = jnp.minimum(t_ack, t_timer)
+        active = t_event < window_end_ps
+        is_ack = active & (t_ack <= t_timer)  # an ACK and a timer at the same time: ACK first
+        is_timer = active & ~is_ack
+        acked = acked + is_ack
+        ev = _ack_event(params, state, slot, acked, line_rate)
+        after_ack = _on_ack(params, cc, ev)
+        after_timer = dcqcn.on_timer(params.cc, cc, t_timer, which, line_rate)
+        new = jax.tree.map(
+            lambda a, t, old: jnp.where(_lead(is_ack, old), a, jnp.where(_lead(is_timer, old), t, old)),
+            after_ack,
+            after_timer,
+            cc,
         )
+        flows_now = state.flows.replace(flow_next_send_ps=next_send)
+        next_send = _retime(state.replace(flows=flows_now), cc.flow_rate_bps, new.flow_rate_bps, t_event, full_wire)
+        # Window gate: from this ACK on, the flow may have sent acked + window bytes.
+        n_acks = n_acks + is_ack
+        at = jnp.minimum(n_acks, GATE_ENTRIES - 1)[:, None] == entry
+        record = (is_ack & window_based(params))[:, None] & at
+        allow_now = allowance_bytes(params, new, acked)[:, None]
+        new = new.replace(
+            flow_gate_allow_bytes=jnp.where(record, allow_now, new.flow_gate_allow_bytes),
+            flow_gate_ps=jnp.where(record, t_ack[:, None], new.flow_gate_ps),
+        )
+        pending = pending.at[jnp.where(is_ack, slot, n_slots)].set(False, mode="drop")
+        return pending, new, acked, n_acks, next_send
 
-        def next_events(carry):
-            pending, cc, _, _, _ = carry
-            t_ack, slot = fifo_head(pending, pkts.pkt_time_ps, pkts.pkt_flow, n_flows, window_start_ps)
-            t_timer, which = dcqcn.next_timer(cc.dcqcn)
-            t_timer = jnp.where(timers_on, t_timer, NEVER)
-            return t_ack, jnp.minimum(slot, n_slots - 1), t_timer, which
-
-        def any_event(carry):
-            t_ack, _, t_timer, _ = next_events(carry)
-            return jnp.any(jnp.minimum(t_ack, t_timer) < window_end_ps)
-
-        def one_event(carry):
-            pending, cc, acked, n_acks, next_send = carry
-            t_ack, slot, t_timer, which = next_events(carry)
-            t_event = jnp.minimum(t_ack, t_timer)
-            active = t_event < window_end_ps
-            is_ack = active & (t_ack <= t_timer)  # an ACK and a timer at the same time: ACK first
-            is_timer = active & ~is_ack
-            acked = acked + is_ack
-            ev = _ack_event(params, state, slot, acked, line_rate)
-            after_ack = _on_ack(params, cc, ev)
-            after_timer = dcqcn.on_timer(params.cc, cc, t_timer, which, line_rate)
-            new = jax.tree.map(
-                lambda a, t, old: jnp.where(_lead(is_ack, old), a, jnp.where(_lead(is_timer, old), t, old)),
-                after_ack,
-                after_timer,
-                cc,
-            )
-            flows_now = state.flows.replace(flow_next_send_ps=next_send)
-            next_send = _retime(state.replace(flows=flows_now), cc.flow_rate_bps, new.flow_rate_bps, t_event, full_wire)
-            # Window gate: from this ACK on, the flow may have sent acked + window bytes.
-            n_acks = n_acks + is_ack
-            at = jnp.minimum(n_acks, GATE_ENTRIES - 1)[:, None] == entry
-            record = (is_ack & window_based(params))[:, None] & at
-            allow_now = allowance_bytes(params, new, acked)[:, None]
-            new = new.replace(
-                flow_gate_allow_bytes=jnp.where(record, allow_now, new.flow_gate_allow_bytes),
-                flow_gate_ps=jnp.where(record, t_ack[:, None], new.flow_gate_ps),
-            )
-            pending = pending.at[jnp.where(is_ack, slot, n_slots)].set(False, mode="drop")
-            return pending, new, acked, n_acks, next_send
-
-        init = (acks_here, cc, flows.flow_acked_packets, jnp.zeros(n_flows, jnp.int32), flows.flow_next_send_ps)
-        _, cc, _, _, next_send = jax.lax.while_loop(any_event, one_event, init)
-        # A later cut binds earlier entries too (never send more than a later state allows).
-        gate = cc.flow_gate_allow_bytes
-        allow = jnp.flip(jax.lax.cummin(jnp.flip(gate, -1), axis=gate.ndim - 1), -1)
-        cc = cc.replace(flow_gate_allow_bytes=allow)
-        return state.replace(cc=cc, flows=flows.replace(flow_next_send_ps=next_send))
+    init = (acks_here, cc, flows.flow_acked_packets, jnp.zeros(n_flows, jnp.int32), flows.flow_next_send_ps)
+    _, cc, _, _, next_send = jax.lax.while_loop(any_event, one_event, init)
+    # A later cut binds earlier entries too (never send more than a later state allows).
+    gate = cc.flow_gate_allow_bytes
+    allow = jnp.flip(jax.lax.cummin(jnp.flip(gate, -1), axis=gate.ndim - 1), -1)
+    cc = cc.replace(flow_gate_allow_bytes=allow)
+    return state.replace(cc=cc, flows=flows.replace(flow_next_send_ps=next_send))
 
 
 def _lead(mask, like):

@@ -7,36 +7,35 @@ network jumps straight to its next event. A finished (or failed) experiment's cl
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, Params, State
 from multiverse_jax.ops import cc, nic
 from multiverse_jax.units import NEVER
+from multiverse_jax.ops.packets import in_flight, queued
 
 
 def clock(params: Params, state: State, window_end_ps) -> State:
-    with jax.named_scope("clock"):
-        pkts = state.packets
-        next_arrival = jnp.min(jnp.where(pkts.pkt_valid & pkts.pkt_in_flight, pkts.pkt_time_ps, NEVER))
-        anything_queued = jnp.any(pkts.pkt_valid & ~pkts.pkt_in_flight)
-        sendable, ready_ps = nic.sendable_and_ready(params, state)
-        next_send = jnp.min(jnp.where(sendable, ready_ps, NEVER))
-        next_event = jnp.minimum(jnp.minimum(next_arrival, next_send), jnp.where(anything_queued, window_end_ps, NEVER))
-        next_event = jnp.minimum(next_event, cc.next_timer_ps(params, state))
-        stalled = ~state.done & (next_event == NEVER)
-        stopped = state.done | stalled | (state.error != 0)  # a failed experiment stops where it failed
-        next_time = jnp.where(stopped, state.time_ps, jnp.maximum(window_end_ps, next_event))
-        # A finished experiment's clock ends at its last event: the last ACK of its last flow, or its last task.
-        last_finish = jnp.max(jnp.where(params.flows.flow_valid, state.flows.flow_finish_ps, 0))
-        last_finish = jnp.maximum(last_finish, last_finish_ps(params, state))  # a task may end last
-        next_time = jnp.where(state.done, jnp.maximum(state.time_ps, last_finish), next_time)
-        over_time = ~state.done & (next_time > params.max_time_ps)
-        return state.replace(
-            time_ps=next_time,
-            n_windows=state.n_windows + jnp.where(state.done, 0, 1),
-            error=state.error | jnp.where(stalled, ERROR_STALLED, 0) | jnp.where(over_time, ERROR_TIME_LIMIT, 0),
-        )
+    pkts = state.packets
+    next_arrival = jnp.min(jnp.where(in_flight(pkts), pkts.pkt_time_ps, NEVER))
+    anything_queued = jnp.any(queued(pkts))
+    sendable, ready_ps = nic.sendable_and_ready(params, state)
+    next_send = jnp.min(jnp.where(sendable, ready_ps, NEVER))
+    next_event = jnp.minimum(jnp.minimum(next_arrival, next_send), jnp.where(anything_queued, window_end_ps, NEVER))
+    next_event = jnp.minimum(next_event, cc.next_timer_ps(params, state))
+    stalled = ~state.done & (next_event == NEVER)
+    stopped = state.done | stalled | (state.error != 0)  # a failed experiment stops where it failed
+    next_time = jnp.where(stopped, state.time_ps, jnp.maximum(window_end_ps, next_event))
+    # A finished experiment's clock ends at its last event: the last ACK of its last flow, or its last task.
+    last_finish = jnp.max(jnp.where(params.flows.flow_valid, state.flows.flow_finish_ps, 0))
+    last_finish = jnp.maximum(last_finish, last_finish_ps(params, state))  # a task may end last
+    next_time = jnp.where(state.done, jnp.maximum(state.time_ps, last_finish), next_time)
+    over_time = ~state.done & (next_time > params.max_time_ps)
+    return state.replace(
+        time_ps=next_time,
+        n_windows=state.n_windows + jnp.where(state.done, 0, 1),
+        error=state.error | jnp.where(stalled, ERROR_STALLED, 0) | jnp.where(over_time, ERROR_TIME_LIMIT, 0),
+    )
 
 
 def last_finish_ps(params: Params, state: State):

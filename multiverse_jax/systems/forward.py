@@ -9,11 +9,11 @@ conflicts.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.ops.hashing import mix32
+from multiverse_jax.ops.packets import arriving, at_host
 
 ACK_SALT = 0x5BD1E995  # ACKs hash independently of their data packets
 
@@ -38,18 +38,15 @@ def route(params: Params, node, dst_host, flow, is_ack, hop, path_salt):
 
 
 def set_forward_plan(params: Params, state: State, window_end_ps) -> State:
-    with jax.named_scope("forward"):
-        pkts = state.packets
-        node = params.links.link_dst_node[pkts.pkt_port]
-        arriving = (
-            pkts.pkt_valid & pkts.pkt_in_flight & (pkts.pkt_time_ps < window_end_ps) & ~params.nodes.node_is_host[node]
-        )
-        dst_host = jnp.where(pkts.pkt_is_ack, params.flows.flow_src[pkts.pkt_flow], params.flows.flow_dst[pkts.pkt_flow])
-        egress = route(params, node, dst_host, pkts.pkt_flow, pkts.pkt_is_ack, pkts.pkt_hop + 1, pkts.pkt_path_salt)
-        packets = pkts.replace(
-            pkt_in_flight=jnp.where(arriving, False, pkts.pkt_in_flight),
-            pkt_ingress=jnp.where(arriving, pkts.pkt_port, pkts.pkt_ingress),
-            pkt_port=jnp.where(arriving, egress, pkts.pkt_port),
-            pkt_hop=jnp.where(arriving, pkts.pkt_hop + 1, pkts.pkt_hop),
-        )
-        return state.replace(packets=packets)
+    pkts = state.packets
+    node = params.links.link_dst_node[pkts.pkt_port]
+    at_switch = arriving(pkts, window_end_ps) & ~at_host(params, pkts)
+    dst_host = jnp.where(pkts.pkt_is_ack, params.flows.flow_src[pkts.pkt_flow], params.flows.flow_dst[pkts.pkt_flow])
+    egress = route(params, node, dst_host, pkts.pkt_flow, pkts.pkt_is_ack, pkts.pkt_hop + 1, pkts.pkt_path_salt)
+    packets = pkts.replace(
+        pkt_in_flight=jnp.where(at_switch, False, pkts.pkt_in_flight),
+        pkt_ingress=jnp.where(at_switch, pkts.pkt_port, pkts.pkt_ingress),
+        pkt_port=jnp.where(at_switch, egress, pkts.pkt_port),
+        pkt_hop=jnp.where(at_switch, pkts.pkt_hop + 1, pkts.pkt_hop),
+    )
+    return state.replace(packets=packets)

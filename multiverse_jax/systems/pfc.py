@@ -12,30 +12,29 @@ which the defaults do. No packet is ever dropped.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.ops.packets import queued
 from multiverse_jax.ops.segments import count_by
 
 
 def pfc(params: Params, state: State, window_end_ps) -> State:
-    with jax.named_scope("pfc"):
-        pkts, links = state.packets, state.links
-        n_ports = params.static.n_ports
-        held = pkts.pkt_valid & ~pkts.pkt_in_flight & ~pkts.pkt_is_ack & (pkts.pkt_ingress >= 0)
-        ingress_bytes = count_by(held, pkts.pkt_ingress, n_ports, pkts.pkt_bytes.astype(jnp.int64))
-        before = links.pfc_paused[:, -1]
-        after = jnp.where(
-            ingress_bytes > params.links.link_pfc_xoff_bytes,
-            True,
-            jnp.where(ingress_bytes < params.links.link_pfc_xon_bytes, False, before),
-        )
-        after = after & params.links.link_into_switch
-        decided = jnp.broadcast_to(window_end_ps, (n_ports, 1)).astype(jnp.int64)
-        links = links.replace(
-            pfc_decided_ps=jnp.concatenate([links.pfc_decided_ps[:, 1:], decided], axis=1),
-            pfc_paused=jnp.concatenate([links.pfc_paused[:, 1:], after[:, None]], axis=1),
-            pfc_pause_count=links.pfc_pause_count + (after & ~before),
-        )
-        return state.replace(links=links)
+    pkts, links = state.packets, state.links
+    n_ports = params.static.n_ports
+    held = queued(pkts) & ~pkts.pkt_is_ack & (pkts.pkt_ingress >= 0)
+    ingress_bytes = count_by(held, pkts.pkt_ingress, n_ports, pkts.pkt_bytes.astype(jnp.int64))
+    before = links.pfc_paused[:, -1]
+    after = jnp.where(
+        ingress_bytes > params.links.link_pfc_xoff_bytes,
+        True,
+        jnp.where(ingress_bytes < params.links.link_pfc_xon_bytes, False, before),
+    )
+    after = after & params.links.link_into_switch
+    decided = jnp.broadcast_to(window_end_ps, (n_ports, 1)).astype(jnp.int64)
+    links = links.replace(
+        pfc_decided_ps=jnp.concatenate([links.pfc_decided_ps[:, 1:], decided], axis=1),
+        pfc_paused=jnp.concatenate([links.pfc_paused[:, 1:], after[:, None]], axis=1),
+        pfc_pause_count=links.pfc_pause_count + (after & ~before),
+    )
+    return state.replace(links=links)

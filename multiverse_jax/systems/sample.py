@@ -7,34 +7,29 @@ while the network is idle)."""
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
-from multiverse_jax.ops.segments import count_by
+from multiverse_jax.ops.packets import port_queue_bytes
 
 
 def sample(params: Params, state: State, window_end_ps) -> State:
-    with jax.named_scope("sample"):
-        smp = state.samples
-        due = window_end_ps >= smp.next_sample_ps
-        n_ring = params.static.n_samples
-        # Not due: write to an index past the ring (dropped), so nothing changes.
-        at = jnp.where(due, smp.sample_count % n_ring, n_ring)
-        pkts = state.packets
-        n_ports = params.static.n_ports
-        queued = pkts.pkt_valid & ~pkts.pkt_in_flight
-        queue_bytes = count_by(queued, pkts.pkt_port, n_ports, pkts.pkt_bytes.astype(jnp.int64))
-        interval = params.sample_interval_ps
-        following = smp.next_sample_ps + interval * ((window_end_ps - smp.next_sample_ps) // interval + 1)
-        smp = smp.replace(
-            sample_count=smp.sample_count + due,
-            next_sample_ps=jnp.where(due, following, smp.next_sample_ps),
-            sample_time_ps=smp.sample_time_ps.at[at].set(window_end_ps, mode="drop"),
-            sample_flow_rate_bps=smp.sample_flow_rate_bps.at[at].set(state.cc.flow_rate_bps, mode="drop"),
-            sample_flow_window_bytes=smp.sample_flow_window_bytes.at[at].set(state.cc.flow_window_bytes, mode="drop"),
-            sample_flow_rx_bytes=smp.sample_flow_rx_bytes.at[at].set(state.flows.flow_rx_bytes, mode="drop"),
-            sample_port_queue_bytes=smp.sample_port_queue_bytes.at[at].set(queue_bytes, mode="drop"),
-        )
-        return state.replace(samples=smp)
+    smp = state.samples
+    due = window_end_ps >= smp.next_sample_ps
+    n_ring = params.static.n_samples
+    # Not due: write to an index past the ring (dropped), so nothing changes.
+    at = jnp.where(due, smp.sample_count % n_ring, n_ring)
+    queue_bytes = port_queue_bytes(params, state.packets)
+    interval = params.sample_interval_ps
+    following = smp.next_sample_ps + interval * ((window_end_ps - smp.next_sample_ps) // interval + 1)
+    smp = smp.replace(
+        sample_count=smp.sample_count + due,
+        next_sample_ps=jnp.where(due, following, smp.next_sample_ps),
+        sample_time_ps=smp.sample_time_ps.at[at].set(window_end_ps, mode="drop"),
+        sample_flow_rate_bps=smp.sample_flow_rate_bps.at[at].set(state.cc.flow_rate_bps, mode="drop"),
+        sample_flow_window_bytes=smp.sample_flow_window_bytes.at[at].set(state.cc.flow_window_bytes, mode="drop"),
+        sample_flow_rx_bytes=smp.sample_flow_rx_bytes.at[at].set(state.flows.flow_rx_bytes, mode="drop"),
+        sample_port_queue_bytes=smp.sample_port_queue_bytes.at[at].set(queue_bytes, mode="drop"),
+    )
+    return state.replace(samples=smp)
 

@@ -22,44 +22,44 @@ from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.units import NEVER
 
 
-def schedule(params: Params, state: State) -> State:
-    with jax.named_scope("schedule"):
-        tp, ts, flows = params.tasks, state.tasks, state.flows
-        has_dep = tp.task_deps >= 0
-        flow_rx_finish = flows.flow_rx_finish_ps[jnp.maximum(tp.task_flow, 0)]
+def schedule(params: Params, state: State, window_end_ps) -> State:
+    """Resolve task starts and finishes (``window_end_ps`` unused: task times are exact, not windowed)."""
+    tp, ts, flows = params.tasks, state.tasks, state.flows
+    has_dep = tp.task_deps >= 0
+    flow_rx_finish = flows.flow_rx_finish_ps[jnp.maximum(tp.task_flow, 0)]
 
-        def resolve(carry):
-            start, finish, _ = carry
-            dep_finish = jnp.where(has_dep, finish[jnp.maximum(tp.task_deps, 0)], 0)
-            ready_ps = jnp.max(dep_finish, axis=1)  # NEVER while a dependency is unfinished
-            new_start = jnp.where(tp.task_valid & (start == NEVER), ready_ps, start)
-            slowed = jax.lax.cond(
-                tp.compute_slowdown != 1.0,
-                lambda: communicating(tp, start, finish, new_start),
-                lambda: jnp.zeros_like(tp.task_valid),
-            )
-            duration = jnp.where(
-                slowed & tp.task_is_compute,
-                jnp.ceil(tp.task_duration_ps * tp.compute_slowdown).astype(jnp.int64),
-                tp.task_duration_ps,
-            )
-            own_finish = jnp.where(tp.task_is_flow, flow_rx_finish, new_start + duration)
-            new_finish = jnp.where((finish == NEVER) & (new_start != NEVER), own_finish, finish)
-            changed = jnp.any(new_start != start) | jnp.any(new_finish != finish)
-            return new_start, new_finish, changed
+    def resolve(carry):
+        start, finish, _ = carry
+        dep_finish = jnp.where(has_dep, finish[jnp.maximum(tp.task_deps, 0)], 0)
+        ready_ps = jnp.max(dep_finish, axis=1)  # NEVER while a dependency is unfinished
+        new_start = jnp.where(tp.task_valid & (start == NEVER), ready_ps, start)
+        slowed = jax.lax.cond(
+            tp.compute_slowdown != 1.0,
+            lambda: communicating(tp, start, finish, new_start),
+            lambda: jnp.zeros_like(tp.task_valid),
+        )
+        duration = jnp.where(
+            slowed & tp.task_is_compute,
+            jnp.ceil(tp.task_duration_ps * tp.compute_slowdown).astype(jnp.int64),
+            tp.task_duration_ps,
+        )
+        own_finish = jnp.where(tp.task_is_flow, flow_rx_finish, new_start + duration)
+        new_finish = jnp.where((finish == NEVER) & (new_start != NEVER), own_finish, finish)
+        changed = jnp.any(new_start != start) | jnp.any(new_finish != finish)
+        return new_start, new_finish, changed
 
-        start, finish, _ = jax.lax.while_loop(
-            lambda carry: carry[2], resolve, (ts.task_start_ps, ts.task_finish_ps, jnp.bool_(True))
-        )
-        fp = params.flows
-        task_start = start[jnp.maximum(fp.flow_task, 0)]
-        begin = jnp.where(fp.flow_task >= 0, task_start, flows.flow_begin_ps)
-        all_done = jnp.all(~tp.task_valid | (finish != NEVER))
-        return state.replace(
-            tasks=ts.replace(task_start_ps=start, task_finish_ps=finish),
-            flows=flows.replace(flow_begin_ps=begin),
-            done=state.done & all_done,
-        )
+    start, finish, _ = jax.lax.while_loop(
+        lambda carry: carry[2], resolve, (ts.task_start_ps, ts.task_finish_ps, jnp.bool_(True))
+    )
+    fp = params.flows
+    task_start = start[jnp.maximum(fp.flow_task, 0)]
+    begin = jnp.where(fp.flow_task >= 0, task_start, flows.flow_begin_ps)
+    all_done = jnp.all(~tp.task_valid | (finish != NEVER))
+    return state.replace(
+        tasks=ts.replace(task_start_ps=start, task_finish_ps=finish),
+        flows=flows.replace(flow_begin_ps=begin),
+        done=state.done & all_done,
+    )
 
 
 TIME_BITS = 40  # ns since the start: 2^40 ns ~ 18 minutes of simulated time

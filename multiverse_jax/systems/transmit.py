@@ -7,134 +7,194 @@ packet its NIC offers for that class); PFC pauses every data class. If none has 
 it starts whichever arrives first. Start times are exact:
 start = max(port free, packet arrival, PFC release); the last bit reaches the far end
 ``serialisation + link delay`` later, which is past the window because every link delay
-is at least the window. Each round, all ports of all experiments start at most one
-packet; rounds repeat until no port can start another packet inside the window.
+is at least the window. Each round (``serve_round``), all ports of all experiments start
+at most one packet; rounds repeat until no port can start another packet inside the
+window.
+
+A round is a chain of phases, arrays over ports P, classes 1 + C and hosts H:
+``class_heads`` (the candidate of each class queue) -> ``start_times`` (PFC and strict
+priority) -> ``depart`` (what each port starts, its wire size and times) -> ``account``
+(port counters, queue maxima, errors) -> ``leave`` (the packet goes on the wire, ECN
+mark and telemetry at switches) -> ``nic_emit`` (NICs create their new data packets).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
+from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops import marking, nic, pfc
-from multiverse_jax.ops.packets import serialization_ps
-from multiverse_jax.ops.segments import count_by, fifo_head
+from multiverse_jax.ops.packets import port_queue_bytes, queued, serialization_ps
+from multiverse_jax.ops.segments import fifo_head
 
 
-def _serve_once(params: Params, state: State, window_end_ps):
-    pkts, ports = state.packets, state.ports
-    n_ports, n_slots = params.static.n_ports, params.static.n_slots
-    window_start_ps = window_end_ps - params.window_ps
-    queued = pkts.pkt_valid & ~pkts.pkt_in_flight
-    # Heads of every class queue of every port in one pass: queue (1 + C) p + k is port
-    # p's class k: 0 control, 1 + priority for data.
-    n_data_classes = params.static.n_data_classes
-    n_classes = 1 + n_data_classes
+class Departures(NamedTuple):
+    """What each port does this round: arrays (P,)."""
+
+    start: jnp.ndarray  # int64 when the port starts its chosen packet (may be past the window)
+    use_ctrl: jnp.ndarray  # bool the chosen class is control
+    data_class: jnp.ndarray  # int32 the chosen data class (0 when control is chosen)
+    sends: jnp.ndarray  # bool a packet starts inside the window
+    creates: jnp.ndarray  # bool a NIC puts a new data packet on the wire (so it has no slot yet)
+    pool_full: jnp.ndarray  # bool a NIC would create a packet but its host has no free slot
+    slot: jnp.ndarray  # int32 pool slot of the packet (a NIC's new packet: the free slot it takes)
+    wire_bytes: jnp.ndarray  # int32 its wire size
+    ser_ps: jnp.ndarray  # int64 its serialisation time
+    arrival_ps: jnp.ndarray  # int64 when its last bit reaches the far end
+
+
+def _nic_host(params: Params):
+    """(P,) int32 the host whose NIC each port is (0 for switch ports), (P,) bool a NIC port."""
+    return jnp.maximum(params.ports.port_host, 0), params.ports.port_host >= 0
+
+
+def class_heads(params: Params, pkts: PacketState, offer: nic.NicOffer, window_start_ps):
+    """The candidate packet of every class queue of every port: (P, 1 + C) int64 when it
+    is (or becomes) available and (P, 1 + C) int32 its slot; class 0 is control, 1 + k
+    data priority k. At a switch, the earliest-queued packet of the class (NEVER and
+    n_slots if none); at a NIC, data class k is the packet its NIC offers (``offer``,
+    (H, C)).
+    """
+    n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
+    # One pass over the pool for the heads of all queues: queue (1 + C) p + k is port p's class k.
     klass = jnp.where(pkts.pkt_is_ack, 0, 1 + params.flows.flow_priority[pkts.pkt_flow])
     queue = n_classes * pkts.pkt_port + klass
-    head_ps, head_slot = fifo_head(queued, pkts.pkt_time_ps, queue, n_classes * n_ports, window_start_ps)
+    head_ps, head_slot = fifo_head(queued(pkts), pkts.pkt_time_ps, queue, n_classes * n_ports, window_start_ps)
     head_ps, head_slot = head_ps.reshape(n_ports, n_classes), head_slot.reshape(n_ports, n_classes)
-
-    # At a NIC, each data class is offered by the NIC's flows of that priority.
-    offer = nic.offer(params, state, window_start_ps)  # (H, C)
-    host = jnp.maximum(params.ports.port_host, 0)
-    is_nic = params.ports.port_host >= 0
+    host, is_nic = _nic_host(params)
     data_ps = jnp.where(is_nic[:, None], offer.ready_ps[host], head_ps[:, 1:])
     data_slot = jnp.where(is_nic[:, None], offer.slot[host][:, None], head_slot[:, 1:])
+    return (
+        jnp.concatenate([head_ps[:, :1], data_ps], axis=1),
+        jnp.concatenate([head_slot[:, :1], data_slot], axis=1),
+    )
 
-    ctrl_start = jnp.maximum(ports.port_free_ps, head_ps[:, 0])
-    # A data packet that could have started before the window would have started in the
-    # previous one, unless PFC held it: its start is at least the window start, which
-    # is also as far back as the PFC history must reach. PFC pauses every data class.
+
+def start_times(params: Params, state: State, ready_ps, window_start_ps):
+    """Each port's start time (P,) int64 and chosen class (P,) int32 in 0..C, from the
+    availability of its class candidates ``ready_ps`` (P, 1 + C).
+
+    A class can start at max(port free, candidate available), and a data class not before
+    its PFC release. A data packet that could have started before the window would have
+    started in the previous one, unless PFC held it: its start is at least the window
+    start, which is also as far back as the PFC history must reach.
+    """
+    free_ps = state.ports.port_free_ps
+    ctrl_start = jnp.maximum(free_ps, ready_ps[:, 0])
     data_start = [
-        pfc.release_ps(params, state, jnp.maximum(jnp.maximum(ports.port_free_ps, data_ps[:, c]), window_start_ps))
-        for c in range(n_data_classes)
+        pfc.release_ps(params, state, jnp.maximum(jnp.maximum(free_ps, ready_ps[:, 1 + c]), window_start_ps))
+        for c in range(params.static.n_data_classes)
     ]
     # Non-preemptive strict priority: the class that can start first; among classes that
     # can start at the same time (all waiting when the port falls free), the highest.
     class_start = jnp.stack([ctrl_start] + data_start, axis=1)  # (P, 1 + C)
     chosen = jnp.argmin(class_start, axis=1)  # ties go to the lowest class: control, then priority 0
-    start = jnp.min(class_start, axis=1)
+    return jnp.min(class_start, axis=1), chosen
+
+
+def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, class_slot, window_end_ps) -> Departures:
+    """What each port starts: the chosen class's candidate (``class_slot`` (P, 1 + C)), if
+    it starts inside the window; its wire size and serialisation; its arrival at the far
+    end. A NIC whose host has no free slot starts nothing (``ERROR_POOL_FULL``)."""
+    host, is_nic = _nic_host(params)
     use_ctrl = chosen == 0
     data_class = jnp.maximum(chosen - 1, 0)
     sends = start < window_end_ps
-    creates = sends & ~use_ctrl & is_nic  # a NIC puts a new data packet on the wire
+    creates = sends & ~use_ctrl & is_nic
     pool_full = creates & ~offer.has_slot[host]
     sends, creates = sends & ~pool_full, creates & ~pool_full
-
-    slot = jnp.where(use_ctrl, head_slot[:, 0], jnp.take_along_axis(data_slot, data_class[:, None], axis=1)[:, 0])
-    offer_wire = offer.wire_bytes[host, data_class]
-    wire_bytes = jnp.where(creates, offer_wire, pkts.pkt_bytes[jnp.minimum(slot, n_slots - 1)])
+    slot = jnp.take_along_axis(class_slot, chosen[:, None], axis=1)[:, 0]
+    queued_wire = state.packets.pkt_bytes[jnp.minimum(slot, params.static.n_slots - 1)]
+    wire_bytes = jnp.where(creates, offer.wire_bytes[host, data_class], queued_wire)
     ser_ps = serialization_ps(wire_bytes, params.links.link_rate_bps)
     arrival_ps = start + ser_ps + params.links.link_delay_ps
+    return Departures(start, use_ctrl, data_class, sends, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps)
 
-    # Queue just before the departure: everything queued at the port that has arrived by
-    # then, the departing packet included. Between departures a queue only grows, so
-    # these samples (and the one at the window end) give its exact maximum.
-    queue_bytes = count_by(
-        queued & (pkts.pkt_time_ps <= start[pkts.pkt_port]), pkts.pkt_port, n_ports, pkts.pkt_bytes.astype(jnp.int64)
-    )
-    overflow = sends & (queue_bytes > params.ports.port_buffer_bytes)
 
-    # The packet each port starts goes on the wire: one write per port, to a slot no
-    # other port touches (a port only ever starts a packet queued at it), so the scatter
-    # has no conflicts. Ports that start nothing, or create a new packet, write nowhere.
-    leaving = jnp.where(sends & ~creates, slot, n_slots)
-    tx_bytes = ports.port_tx_bytes + jnp.where(sends, wire_bytes, 0)
-    # A data packet leaving a switch is ECN-marked (RED on the queue it leaves behind) and
-    # records its in-band telemetry for this hop.
-    at_switch = sends & ~use_ctrl & ~is_nic
-    left_behind = queue_bytes - wire_bytes
-    marked = at_switch & marking.ecn_mark(params, left_behind, pkts, slot)
-    packets = marking.record_telemetry(
-        params,
-        pkts.replace(
-            pkt_in_flight=pkts.pkt_in_flight.at[leaving].set(True, mode="drop"),
-            pkt_time_ps=pkts.pkt_time_ps.at[leaving].set(arrival_ps, mode="drop"),
-            pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked, slot, n_slots)].set(True, mode="drop"),
-        ),
-        at_switch,
-        slot,
-        start,
-        tx_bytes,
-        left_behind,
-    )
-    state = state.replace(
-        packets=packets,
+def account(params: Params, state: State, dep: Departures, queue_bytes) -> State:
+    """Port counters (P,): free time, bytes sent, largest queue (``queue_bytes``, the queue
+    just before each departure); the error bits; the packet-hop count."""
+    ports = state.ports
+    overflow = dep.sends & (queue_bytes > params.ports.port_buffer_bytes)
+    largest = jnp.where(dep.sends, jnp.maximum(ports.port_max_queue_bytes, queue_bytes), ports.port_max_queue_bytes)
+    return state.replace(
         ports=ports.replace(
-            port_free_ps=jnp.where(sends, start + ser_ps, ports.port_free_ps),
-            port_max_queue_bytes=jnp.where(sends, jnp.maximum(ports.port_max_queue_bytes, queue_bytes), ports.port_max_queue_bytes),
-            port_tx_bytes=tx_bytes,
+            port_free_ps=jnp.where(dep.sends, dep.start + dep.ser_ps, ports.port_free_ps),
+            port_max_queue_bytes=largest,
+            port_tx_bytes=ports.port_tx_bytes + jnp.where(dep.sends, dep.wire_bytes, 0),
         ),
         error=state.error
-        | jnp.where(jnp.any(pool_full), ERROR_POOL_FULL, 0)
+        | jnp.where(jnp.any(dep.pool_full), ERROR_POOL_FULL, 0)
         | jnp.where(jnp.any(overflow), ERROR_BUFFER_OVERFLOW, 0),
-        n_packet_hops=state.n_packet_hops + jnp.sum(sends),
+        n_packet_hops=state.n_packet_hops + jnp.sum(dep.sends),
     )
+
+
+def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_bytes) -> PacketState:
+    """The queued packet each port starts goes on the wire (in flight until ``arrival_ps``);
+    a data packet leaving a switch is ECN-marked (RED on the queue it leaves behind) and
+    records its in-band telemetry for this hop (``tx_bytes`` (P,): the port's bytes sent,
+    this packet included).
+
+    One write per port, to a slot no other port touches (a port only ever starts a packet
+    queued at it), so the scatters have no conflicts. Ports that start nothing, or create
+    a new packet (``nic_emit``), write nowhere.
+    """
+    n_slots = params.static.n_slots
+    _, is_nic = _nic_host(params)
+    leaving = jnp.where(dep.sends & ~dep.creates, dep.slot, n_slots)
+    at_switch = dep.sends & ~dep.use_ctrl & ~is_nic
+    left_behind = queue_bytes - dep.wire_bytes
+    marked = at_switch & marking.ecn_mark(params, left_behind, pkts, dep.slot)
+    on_wire = pkts.replace(
+        pkt_in_flight=pkts.pkt_in_flight.at[leaving].set(True, mode="drop"),
+        pkt_time_ps=pkts.pkt_time_ps.at[leaving].set(dep.arrival_ps, mode="drop"),
+        pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked, dep.slot, n_slots)].set(True, mode="drop"),
+    )
+    return marking.record_telemetry(params, on_wire, at_switch, dep.slot, dep.start, tx_bytes, left_behind)
+
+
+def nic_emit(params: Params, state: State, offer: nic.NicOffer, dep: Departures) -> State:
+    """Each host (H,) whose NIC port started a new data packet creates it from its offer
+    for the chosen class."""
     nic_port = params.nics.nic_port
-    host_creates = creates[nic_port] & (params.ports.port_host[nic_port] == jnp.arange(params.static.n_hosts))
-    host_offer = nic.of_class(offer, data_class[nic_port])
-    state = nic.emit(params, state, host_offer, host_creates, start[nic_port], ser_ps[nic_port], arrival_ps[nic_port])
-    return state, jnp.any(sends)
+    creates = dep.creates[nic_port] & (params.ports.port_host[nic_port] == jnp.arange(params.static.n_hosts))
+    host_offer = nic.of_class(offer, dep.data_class[nic_port])
+    return nic.emit(params, state, host_offer, creates, dep.start[nic_port], dep.ser_ps[nic_port], dep.arrival_ps[nic_port])
+
+
+def serve_round(params: Params, state: State, window_end_ps) -> tuple[State, jnp.ndarray]:
+    """One round: every port starts at most one packet. Returns the state and () bool
+    whether any port started one."""
+    window_start_ps = window_end_ps - params.window_ps
+    offer = nic.offer(params, state, window_start_ps)  # (H, C)
+    ready_ps, class_slot = class_heads(params, state.packets, offer, window_start_ps)  # (P, 1 + C)
+    start, chosen = start_times(params, state, ready_ps, window_start_ps)  # (P,)
+    dep = depart(params, state, offer, start, chosen, class_slot, window_end_ps)  # (P,) each
+    # Queue just before each departure: everything queued at the port that has arrived by
+    # then, the departing packet included. Between departures a queue only grows, so
+    # these samples (and the one at the window end) give its exact maximum.
+    queue_bytes = port_queue_bytes(params, state.packets, dep.start)  # (P,)
+    state = account(params, state, dep, queue_bytes)
+    state = state.replace(packets=leave(params, state.packets, dep, queue_bytes, state.ports.port_tx_bytes))
+    return nic_emit(params, state, offer, dep), jnp.any(dep.sends)
 
 
 def transmit(params: Params, state: State, window_end_ps) -> State:
-    with jax.named_scope("transmit"):
-        state, _ = jax.lax.while_loop(
-            lambda carry: carry[1],
-            lambda carry: _serve_once(params, carry[0], window_end_ps),
-            (state, jnp.bool_(True)),
-        )
-        # The queue at the window's end closes the exact maximum (see _serve_once).
-        pkts, ports = state.packets, state.ports
-        n_ports = params.static.n_ports
-        queued = pkts.pkt_valid & ~pkts.pkt_in_flight
-        queue_bytes = count_by(queued, pkts.pkt_port, n_ports, pkts.pkt_bytes.astype(jnp.int64))
-        overflow = jnp.any(queue_bytes > params.ports.port_buffer_bytes)
-        return state.replace(
-            ports=ports.replace(port_max_queue_bytes=jnp.maximum(ports.port_max_queue_bytes, queue_bytes)),
-            error=state.error | jnp.where(overflow, ERROR_BUFFER_OVERFLOW, 0),
-        )
-
-
+    state, _ = jax.lax.while_loop(
+        lambda carry: carry[1],
+        lambda carry: serve_round(params, carry[0], window_end_ps),
+        (state, jnp.bool_(True)),
+    )
+    # The queue at the window's end closes the exact maximum (see serve_round).
+    ports = state.ports
+    queue_bytes = port_queue_bytes(params, state.packets)
+    overflow = jnp.any(queue_bytes > params.ports.port_buffer_bytes)
+    return state.replace(
+        ports=ports.replace(port_max_queue_bytes=jnp.maximum(ports.port_max_queue_bytes, queue_bytes)),
+        error=state.error | jnp.where(overflow, ERROR_BUFFER_OVERFLOW, 0),
+    )
