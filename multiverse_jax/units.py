@@ -16,6 +16,11 @@ NEVER = int(np.iinfo(np.int64).max)  # a time that never comes (int64 ps)
 NOT_YET_PS = -1  # result columns in integer ps: the event never happened (NEVER on the device)
 
 
+def ps_from_us(us: float) -> np.int64:
+    """A config time in µs as int64 ps, rounded to the nearest picosecond."""
+    return np.int64(round(us * PS_PER_US))
+
+
 def us_from_ps(ps: np.ndarray) -> np.ndarray:
     """float64 µs of int64 ps times; NaN where the time is ``NEVER``."""
     return np.where(ps == NEVER, np.nan, ps / PS_PER_US)

@@ -21,7 +21,7 @@ from flax import struct
 
 from multiverse_jax.components.static import Static
 from multiverse_jax.experiment import Experiment
-from multiverse_jax.units import NEVER, PS_PER_US
+from multiverse_jax.units import NEVER, PS_PER_US, ps_from_us
 
 if TYPE_CHECKING:
     from multiverse_jax.topology.routing import EcmpTable
@@ -168,9 +168,6 @@ def cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
     d, c, h, t, sw = exp.dcqcn, exp.dctcp, exp.hpcc, exp.timely, exp.switch
     rtt_ps = base_rtt_ps(exp, ecmp) if h.base_rtt_us is None else round(h.base_rtt_us * PS_PER_US)
 
-    def ps(us):
-        return np.int64(round(us * PS_PER_US))
-
     def bps(mbps):
         return np.float64(mbps * 1e6)
 
@@ -179,15 +176,15 @@ def cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
         ecn_kmax_bytes=np.int64(sw.ecn_kmax_bytes),
         ecn_pmax=np.float64(sw.ecn_pmax),
         dcqcn_g=np.float64(d.g),
-        dcqcn_alpha_timer_ps=ps(d.alpha_timer_us),
-        dcqcn_decrease_interval_ps=ps(d.decrease_interval_us),
-        dcqcn_increase_timer_ps=ps(d.increase_timer_us),
+        dcqcn_alpha_timer_ps=ps_from_us(d.alpha_timer_us),
+        dcqcn_decrease_interval_ps=ps_from_us(d.decrease_interval_us),
+        dcqcn_increase_timer_ps=ps_from_us(d.increase_timer_us),
         dcqcn_byte_counter_bytes=np.int64(d.byte_counter_bytes),
         dcqcn_fast_recovery_steps=np.int32(d.fast_recovery_steps),
         dcqcn_rate_ai_bps=bps(d.rate_ai_mbps),
         dcqcn_rate_hai_bps=bps(d.rate_hai_mbps),
         dcqcn_min_rate_bps=bps(d.min_rate_mbps),
-        dcqcn_cnp_interval_ps=ps(d.cnp_interval_us),
+        dcqcn_cnp_interval_ps=ps_from_us(d.cnp_interval_us),
         dcqcn_rate_on_first_cnp=np.float64(d.rate_on_first_cnp),
         dctcp_g=np.float64(c.g),
         dctcp_init_window_bytes=np.float64(c.init_window_packets * exp.packet.payload_bytes),
@@ -199,9 +196,9 @@ def cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
         hpcc_min_rate_bps=bps(h.min_rate_mbps),
         timely_alpha=np.float64(t.alpha),
         timely_beta=np.float64(t.beta),
-        timely_t_low_ps=ps(t.t_low_us),
-        timely_t_high_ps=ps(t.t_high_us),
-        timely_min_rtt_ps=ps(t.min_rtt_us),
+        timely_t_low_ps=ps_from_us(t.t_low_us),
+        timely_t_high_ps=ps_from_us(t.t_high_us),
+        timely_min_rtt_ps=ps_from_us(t.min_rtt_us),
         timely_rate_ai_bps=bps(t.rate_ai_mbps),
         timely_rate_hai_bps=bps(t.rate_hai_mbps),
         timely_hai_after=np.int32(t.hai_after),

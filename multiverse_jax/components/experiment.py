@@ -20,7 +20,7 @@ from multiverse_jax.components.static import Static
 from multiverse_jax.components.tasks import TaskParams, TaskState, initial_task_state, task_params
 from multiverse_jax.conf.schema import CcKind, LbKind
 from multiverse_jax.experiment import Experiment
-from multiverse_jax.units import NEVER, PS_PER_US
+from multiverse_jax.units import NEVER, PS_PER_US, ps_from_us
 
 # Bits of the per-experiment error word (checked on the host after every call).
 ERROR_POOL_FULL = 1 << 0  # a host had more unacknowledged packets than sim.packets_per_host
@@ -88,10 +88,6 @@ CC_CODES = {CcKind.none: CC_NONE, CcKind.dcqcn: CC_DCQCN, CcKind.dctcp: CC_DCTCP
 LB_CODES = {LbKind.ecmp: LB_ECMP, LbKind.spray: LB_SPRAY, LbKind.flowlet: LB_FLOWLET}
 
 
-def _ps(us: float) -> np.int64:
-    return np.int64(round(us * PS_PER_US))
-
-
 def experiment_params(exp: Experiment, s: Static) -> Params:
     """One experiment's ``Params`` (NumPy, unbatched), padded to ``s``: each component builds its own."""
     return Params(
@@ -106,11 +102,11 @@ def experiment_params(exp: Experiment, s: Static) -> Params:
         payload_bytes=np.int32(exp.packet.payload_bytes),
         header_bytes=np.int32(exp.packet.header_bytes),
         ack_bytes=np.int32(exp.packet.ack_bytes),
-        max_time_ps=_ps(exp.sim.max_time_us),
+        max_time_ps=ps_from_us(exp.sim.max_time_us),
         cc_kind=np.int32(CC_CODES[exp.cc]),
         cc=cc_params(exp, exp.routing),
         lb_kind=np.int32(LB_CODES[exp.lb]),
-        flowlet_gap_ps=_ps(exp.switch.flowlet_gap_us),
+        flowlet_gap_ps=ps_from_us(exp.switch.flowlet_gap_us),
         sample_interval_ps=np.int64(max(1, round(exp.sim.sample_interval_us * PS_PER_US))),
     )
 
