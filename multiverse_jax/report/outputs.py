@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.table import Table
 
+from multiverse_jax.report.figure import new_figure, save
 from multiverse_jax.report.timeline import plot_gantt
 
 FCT_COLUMNS = ("id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us")
@@ -68,11 +69,7 @@ def write_fct_csv(flows: dict[str, np.ndarray], path: Path) -> None:
 
 def plot_fct_cdf(fct_us: np.ndarray, title: str, path: Path) -> None:
     """Step plot of the empirical CDF of the finished flows' completion times."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6, 4), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(6, 4)
     ax = fig.add_subplot()
     finished = np.sort(fct_us[~np.isnan(fct_us)])
     if finished.size:
@@ -86,8 +83,7 @@ def plot_fct_cdf(fct_us: np.ndarray, title: str, path: Path) -> None:
     ax.set_xlim(left=0)
     ax.grid(True, alpha=0.3)
     ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
 
 
 def _flow_lines(time_us, flow_id, values):
@@ -117,8 +113,6 @@ def plot_timeseries(
     mappings of equal-length columns (``FLOW_SERIES_COLUMNS``, ``PORT_SERIES_COLUMNS``).
     """
     import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     f_time = np.asarray(flow_series["time_us"], float)
     f_id = np.asarray(flow_series["flow_id"]).astype(np.int64)
@@ -147,8 +141,7 @@ def plot_timeseries(
     else:
         shown_ids, show_mean = sorted(lines), False
 
-    fig = Figure(figsize=(8, 7), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(8, 7)
     ax_rate, ax_queue = fig.subplots(2, 1, sharex=True)
     palette = matplotlib.colormaps["tab20" if len(shown_ids) > 10 else "tab10"]
     for k, i in enumerate(shown_ids):
@@ -195,8 +188,7 @@ def plot_timeseries(
     ax_queue.set_ylim(bottom=0)
     ax_queue.set_xlim(left=0)
     ax_queue.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
 
 
 def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict | None = None) -> dict[str, Path]:

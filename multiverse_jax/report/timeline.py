@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from multiverse_jax.report.figure import new_figure, save
 from multiverse_jax.units import us_from_ps
 from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
 
@@ -90,8 +91,6 @@ def iteration_split(columns: dict[str, np.ndarray], n_gpus: int) -> dict[str, fl
 def plot_gantt(columns: dict[str, np.ndarray], path, title: str = "", max_gpus: int = 32) -> None:
     """Gantt chart: one row per (GPU, stream) of the first ``max_gpus`` GPUs, bars coloured by category."""
     from matplotlib import colormaps
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     # Rows only for streams that hold time (zero-length joins and stream markers do not).
@@ -101,8 +100,7 @@ def plot_gantt(columns: dict[str, np.ndarray], path, title: str = "", max_gpus: 
     palette = colormaps["tab10"]
     colours = {c: palette(i % 10) for i, c in enumerate(categories)}
     rows = [(g, s) for g in gpus for s in np.unique(columns["stream"][ran & (columns["gpu"] == g)])]
-    fig = Figure(figsize=(12, max(2.5, 0.28 * len(rows) + 1.2)), dpi=110)
-    FigureCanvasAgg(fig)
+    fig = new_figure(12, max(2.5, 0.28 * len(rows) + 1.2), dpi=110)
     ax = fig.add_subplot()
     for y, (g, s) in enumerate(rows):
         sel = ran & (columns["gpu"] == g) & (columns["stream"] == s)
@@ -120,5 +118,4 @@ def plot_gantt(columns: dict[str, np.ndarray], path, title: str = "", max_gpus: 
     handles = [Rectangle((0, 0), 1, 1, color=colours[c]) for c in categories]
     if handles:
         ax.legend(handles, categories, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
