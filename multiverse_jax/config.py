@@ -54,14 +54,14 @@ from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
 CONFIG_PATH = Path(__file__).parent / "conf" / "config.yaml"
 
 
-def _import_astra(path, gpus, comm, dialect="auto"):
+def _import_astra(path, gpus, comm, mp_group=None, dialect="auto"):
     from multiverse_jax.workload import astra
 
-    return astra.to_tasks(astra.load_layers(path, dialect=dialect), gpus, comm_cfg=comm)
+    return astra.to_tasks(astra.load_layers(path, dialect=dialect), gpus, comm_cfg=comm, mp_group=mp_group)
 
 
-def _import_simai(path, gpus, comm):
-    return _import_astra(path, gpus, comm, dialect="simai")
+def _import_simai(path, gpus, comm, mp_group=None):
+    return _import_astra(path, gpus, comm, mp_group, dialect="simai")
 
 
 def _import_chakra(path, gpus, comm):
@@ -304,6 +304,9 @@ def _task_graph(c: dict, topology: Topology) -> TaskGraph:
     gpus = _integer(c, "workload.gpus", 1)
     if gpus > topology.n_hosts:
         raise InputError(f"workload.gpus ({gpus}) exceeds the {topology.n_hosts} hosts of topology {topology.name}")
+    if kind in ("astra", "simai"):
+        mp_group = None if _get(c, "workload.mp_group") is None else _integer(c, "workload.mp_group", 1)
+        return _IMPORTERS[kind](path, gpus, comm, mp_group)
     return _IMPORTERS[kind](path, gpus, comm)
 
 

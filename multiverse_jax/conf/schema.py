@@ -96,6 +96,11 @@ class WorkloadConfig:
     gpu: str = "A100-80GB"  # llm: A100-80GB | H100-SXM
     gpus: int = 16  # astra / simai / chakra / goal: GPUs to simulate (<= hosts)
     gpus_per_server: int = 1  # GPUs sharing a server (NVLink): traffic between them skips the network
+    # astra / simai: model-parallel group size. None: as ASTRA-sim derives it -- the file's
+    # model_parallel_NPU_group; else HYBRID_DATA_MODEL / HYBRID_CUSTOMIZED: gpus_per_server
+    # (MP on ASTRA-sim's first network dimension, one server); HYBRID_MODEL_DATA:
+    # gpus / gpus_per_server (DP on that dimension, MP strided across servers).
+    mp_group: Optional[int] = None
     channels: int = 1  # NCCL channels (parallel rings per collective)
     placement: str = "packed"  # packed | random | rail: servers onto host blocks
     compute_slowdown: float = 1.0  # compute that starts while its GPU communicates takes this x longer
