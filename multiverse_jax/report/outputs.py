@@ -94,6 +94,87 @@ def _flow_lines(time_us, flow_id, values):
     return {int(i): (t, v) for i, t, v in zip(ids, np.split(time_us, first[1:]), np.split(values, first[1:]))}
 
 
+def _shown_flows(lines: dict, flows) -> tuple[list[int], bool]:
+    """(the flow ids drawn, whether the mean over all flows is drawn too): ``flows`` when
+    given (an id not in ``lines`` is a ValueError), else all of them, else an evenly spaced
+    sample of ``MAX_PLOTTED_FLOWS`` plus the mean."""
+    if flows is not None:
+        wanted = [int(i) for i in flows]
+        missing = [i for i in wanted if i not in lines]
+        if missing:
+            known = sorted(lines)
+            shown = ", ".join(map(str, known[:20])) + (", ..." if len(known) > 20 else "")
+            raise ValueError(
+                f"flow id{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} not in the time series "
+                f"(flow ids: {shown or 'none'})"
+            )
+        return list(dict.fromkeys(wanted)), False
+    if len(lines) > MAX_PLOTTED_FLOWS:
+        ids = np.array(sorted(lines))
+        return [int(i) for i in ids[np.linspace(0, len(ids) - 1, MAX_PLOTTED_FLOWS).round().astype(int)]], True
+    return sorted(lines), False
+
+
+def _plot_rates(ax, flow_series, title: str, flows) -> None:
+    """Each shown flow's sending rate (Gb/s) over time, and the mean when flows are sampled."""
+    import matplotlib
+
+    f_time = np.asarray(flow_series["time_us"], float)
+    rate = np.asarray(flow_series["rate_gbps"], float)
+    lines = _flow_lines(f_time, np.asarray(flow_series["flow_id"]).astype(np.int64), rate)
+    shown_ids, show_mean = _shown_flows(lines, flows)
+    palette = matplotlib.colormaps["tab20" if len(shown_ids) > 10 else "tab10"]
+    for k, i in enumerate(shown_ids):
+        t, v = lines[i]
+        ax.plot(t, v, lw=1.0, color=palette(k % palette.N), label=f"flow {i}")
+    if show_mean:
+        times, inverse = np.unique(f_time, return_inverse=True)
+        mean = np.bincount(inverse, weights=rate) / np.bincount(inverse)
+        ax.plot(times, mean, color="black", lw=2.0, ls="--", label=f"mean of {len(lines)} flows")
+    if shown_ids:
+        ax.legend(fontsize="x-small", ncol=4, loc="lower left")
+    else:
+        ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
+    sampled = f" ({len(shown_ids)} of {len(lines)} flows)" if show_mean else ""
+    ax.set_ylabel("sending rate (Gb/s)")
+    ax.set_title(f"{title}: sending rate{sampled}" if title else f"sending rate{sampled}", fontsize="medium")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+
+
+def _plot_queues(ax, port_series, n_ports: int) -> None:
+    """Queue depth (KB) over time of the ``n_ports`` ports with the largest peak queue."""
+    p_time = np.asarray(port_series["time_us"], float)
+    port = np.asarray(port_series["port"]).astype(np.int64)
+    src, dst = np.asarray(port_series["src_node"]), np.asarray(port_series["dst_node"])
+    queue_kb = np.asarray(port_series["queue_bytes"], float) / 1000.0
+    busiest = []
+    if port.size:
+        ports, inverse = np.unique(port, return_inverse=True)
+        peak = np.zeros(len(ports))
+        np.maximum.at(peak, inverse, queue_kb)
+        order = np.argsort(-peak, kind="stable")
+        busiest = [int(ports[j]) for j in order[: max(0, n_ports)] if peak[j] > 0]
+    for p in busiest:
+        mask = port == p
+        t, q = p_time[mask], queue_kb[mask]
+        o = np.argsort(t, kind="stable")
+        first = np.flatnonzero(mask)[0]
+        ax.plot(t[o], q[o], lw=1.0, label=f"{int(src[first])}->{int(dst[first])}")
+    if busiest:
+        ax.legend(fontsize="x-small", ncol=4, loc="upper left", title="port (src->dst node)", title_fontsize="x-small")
+    else:
+        message = "no queue built up" if port.size else "no samples"
+        ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel("queue (KB)")
+    ax.set_xlabel("time (µs)")
+    ports_title = f"queue depth of the {len(busiest)} port{'s' if len(busiest) != 1 else ''} with the largest peak"
+    ax.set_title(ports_title if busiest else "queue depth", fontsize="medium")
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0)
+    ax.grid(True, alpha=0.3)
+
+
 def plot_timeseries(
     flow_series,
     port_series,
@@ -112,82 +193,10 @@ def plot_timeseries(
     peak queue, labelled ``src->dst`` (node ids). ``flow_series`` and ``port_series`` are
     mappings of equal-length columns (``FLOW_SERIES_COLUMNS``, ``PORT_SERIES_COLUMNS``).
     """
-    import matplotlib
-
-    f_time = np.asarray(flow_series["time_us"], float)
-    f_id = np.asarray(flow_series["flow_id"]).astype(np.int64)
-    rate = np.asarray(flow_series["rate_gbps"], float)
-    p_time = np.asarray(port_series["time_us"], float)
-    port = np.asarray(port_series["port"]).astype(np.int64)
-    src, dst = np.asarray(port_series["src_node"]), np.asarray(port_series["dst_node"])
-    queue_kb = np.asarray(port_series["queue_bytes"], float) / 1000.0
-
-    lines = _flow_lines(f_time, f_id, rate)
-    if flows is not None:
-        wanted = [int(i) for i in flows]
-        missing = [i for i in wanted if i not in lines]
-        if missing:
-            known = sorted(lines)
-            shown = ", ".join(map(str, known[:20])) + (", ..." if len(known) > 20 else "")
-            raise ValueError(
-                f"flow id{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} not in the time series "
-                f"(flow ids: {shown or 'none'})"
-            )
-        shown_ids, show_mean = list(dict.fromkeys(wanted)), False
-    elif len(lines) > MAX_PLOTTED_FLOWS:
-        ids = np.array(sorted(lines))
-        shown_ids = [int(i) for i in ids[np.linspace(0, len(ids) - 1, MAX_PLOTTED_FLOWS).round().astype(int)]]
-        show_mean = True
-    else:
-        shown_ids, show_mean = sorted(lines), False
-
     fig = new_figure(8, 7)
     ax_rate, ax_queue = fig.subplots(2, 1, sharex=True)
-    palette = matplotlib.colormaps["tab20" if len(shown_ids) > 10 else "tab10"]
-    for k, i in enumerate(shown_ids):
-        t, v = lines[i]
-        ax_rate.plot(t, v, lw=1.0, color=palette(k % palette.N), label=f"flow {i}")
-    if show_mean:
-        times, inverse = np.unique(f_time, return_inverse=True)
-        mean = np.bincount(inverse, weights=rate) / np.bincount(inverse)
-        ax_rate.plot(times, mean, color="black", lw=2.0, ls="--", label=f"mean of {len(lines)} flows")
-    if shown_ids:
-        ax_rate.legend(fontsize="x-small", ncol=4, loc="lower left")
-    else:
-        ax_rate.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax_rate.transAxes)
-    sampled = f" ({len(shown_ids)} of {len(lines)} flows)" if show_mean else ""
-    ax_rate.set_ylabel("sending rate (Gb/s)")
-    ax_rate.set_title(f"{title}: sending rate{sampled}" if title else f"sending rate{sampled}", fontsize="medium")
-    ax_rate.set_ylim(bottom=0)
-    ax_rate.grid(True, alpha=0.3)
-
-    busiest = []
-    if port.size:
-        ports, inverse = np.unique(port, return_inverse=True)
-        peak = np.zeros(len(ports))
-        np.maximum.at(peak, inverse, queue_kb)
-        order = np.argsort(-peak, kind="stable")
-        busiest = [int(ports[j]) for j in order[: max(0, n_ports)] if peak[j] > 0]
-    for p in busiest:
-        mask = port == p
-        t, q = p_time[mask], queue_kb[mask]
-        o = np.argsort(t, kind="stable")
-        first = np.flatnonzero(mask)[0]
-        ax_queue.plot(t[o], q[o], lw=1.0, label=f"{int(src[first])}->{int(dst[first])}")
-    if busiest:
-        ax_queue.legend(
-            fontsize="x-small", ncol=4, loc="upper left", title="port (src->dst node)", title_fontsize="x-small"
-        )
-    else:
-        message = "no queue built up" if port.size else "no samples"
-        ax_queue.text(0.5, 0.5, message, ha="center", va="center", transform=ax_queue.transAxes)
-    ax_queue.set_ylabel("queue (KB)")
-    ax_queue.set_xlabel("time (µs)")
-    ports_title = f"queue depth of the {len(busiest)} port{'s' if len(busiest) != 1 else ''} with the largest peak"
-    ax_queue.set_title(ports_title if busiest else "queue depth", fontsize="medium")
-    ax_queue.set_ylim(bottom=0)
-    ax_queue.set_xlim(left=0)
-    ax_queue.grid(True, alpha=0.3)
+    _plot_rates(ax_rate, flow_series, title, flows)
+    _plot_queues(ax_queue, port_series, n_ports)
     save(fig, path)
 
 
