@@ -41,15 +41,16 @@ def test_task_times_follow_the_closed_form():
     result = run([Experiment(K4, graph.flow_set(), tasks=graph)])[0]
     assert result.ok, result.summary
     # h0 -> tor0 -> h1: two 100 Gb/s, 1 us links; a flow task ends when the receiver has it all.
-    rx1, _ = store_and_forward_ps(wire_sizes(100_000), [100e9] * 2, [US] * 2)
-    rx2, _ = store_and_forward_ps(wire_sizes(50_000), [100e9] * 2, [US] * 2)
+    rx1, _ = store_and_forward_ps(wire_sizes(100_000), [100 * 10**9] * 2, [US] * 2)
+    rx2, _ = store_and_forward_ps(wire_sizes(50_000), [100 * 10**9] * 2, [US] * 2)
     start = [0, 5 * US, 5 * US + rx1, 7 * US + rx1, 7 * US + rx1 + rx2]
     finish = [5 * US, 5 * US + rx1, 7 * US + rx1, 7 * US + rx1 + rx2, 8 * US + rx1 + rx2]
-    np.testing.assert_allclose(result.tasks["start_us"], np.array(start) / US, rtol=0, atol=1e-9)
-    np.testing.assert_allclose(result.tasks["finish_us"], np.array(finish) / US, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(result.tasks["start_ps"], start)  # exact, in ps
+    np.testing.assert_array_equal(result.tasks["finish_ps"], finish)
     # Each flow starts exactly when its task starts.
-    np.testing.assert_allclose(result.flows["start_us"], np.array(start)[[1, 3]] / US, atol=1e-9)
-    assert result.summary["iteration_time_us"] == pytest.approx(finish[-1] / US)
+    np.testing.assert_array_equal(result.flows["start_ps"], np.array(start)[[1, 3]])
+    assert result.summary["iteration_time_ps"] == finish[-1]
+    assert result.summary["iteration_time_us"] == finish[-1] / US
     split = result.summary
     assert split["compute_us"] + split["exposed_comm_us"] + split["bubble_us"] == pytest.approx(finish[-1] / US)
     assert split["compute_us"] == pytest.approx((6 + 2) / 2)  # mean over the two GPUs

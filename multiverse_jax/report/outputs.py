@@ -3,17 +3,23 @@
 ``write_outputs`` writes into ``run_dir``:
 
 * ``summary.json``: the result's summary scalars (NaN written as null), the topology's
-  name and, if given, the resolved config under ``config``;
+  name and, if given, the resolved config under ``config``; times in µs (``job_time_us``,
+  ``simulated_time_us``, ``iteration_time_us``) and, exact, in integer ps
+  (``job_time_ps``, ``simulated_time_ps``, ``iteration_time_ps``; -1 where there is none);
 * ``flows.parquet``: every per-flow column of the result;
 * ``fct.csv``: ``id,src,dst,size_bytes,start_us,finish_us,rx_finish_us,fct_us`` (times in
-  µs; empty where a flow never started or finished);
+  µs; empty where a flow never started or finished), then the same four times as the
+  simulator keeps them, in integer picoseconds: ``start_ps,finish_ps,rx_finish_ps,fct_ps``
+  (-1, ``units.NOT_YET_PS``, where a flow never started or finished);
 * ``fct_cdf.png`` (when ``plots``): the empirical CDF of the flow completion times;
 * when the result has time series (``sim.sample_interval_us`` > 0):
   ``timeseries_flows.parquet`` (``time_us, flow_id, rate_gbps, window_bytes, rx_bytes``: one
   row per sample and flow), ``timeseries_ports.parquet`` (``time_us, port, src_node,
   dst_node, queue_bytes``: one row per sample and egress port) and, when ``plots``,
   ``timeseries.png`` (``plot_timeseries``; ``multiverse-jax-plot`` redraws it from the two
-  parquet files).
+  parquet files);
+* for a task workload: ``tasks.parquet`` (``timeline.task_columns``: one row per task, its
+  times in µs and, exact, ``start_ps`` / ``finish_ps``) and, when ``plots``, ``timeline.png``.
 """
 
 from __future__ import annotations
@@ -31,7 +37,10 @@ from rich.table import Table
 from multiverse_jax.report.figure import new_figure, save
 from multiverse_jax.report.timeline import plot_gantt
 
-FCT_COLUMNS = ("id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us")
+FCT_COLUMNS = (
+    "id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us",
+    "start_ps", "finish_ps", "rx_finish_ps", "fct_ps",
+)  # fmt: skip
 FLOW_SERIES_FILE = "timeseries_flows.parquet"
 PORT_SERIES_FILE = "timeseries_ports.parquet"
 TIMESERIES_PLOT_FILE = "timeseries.png"

@@ -14,12 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from multiverse_jax.report.figure import new_figure, save
-from multiverse_jax.units import us_from_ps
+from multiverse_jax.units import NOT_YET_PS, ps_or_not_yet, us_from_ps
 from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
 
 
 def task_columns(graph: TaskGraph, start_ps: np.ndarray, finish_ps: np.ndarray) -> dict[str, np.ndarray]:
-    """One row per task (times in µs; NaN if it never ran)."""
+    """One row per task: times in float64 µs (NaN if it never ran) and exact int64 ps
+    (``start_ps``, ``finish_ps``; ``NOT_YET_PS`` = -1 if it never ran)."""
     return {
         "task": np.arange(len(graph)),
         "name": graph.name.astype(str),
@@ -31,6 +32,8 @@ def task_columns(graph: TaskGraph, start_ps: np.ndarray, finish_ps: np.ndarray) 
         "size_bytes": graph.size_bytes,
         "start_us": us_from_ps(start_ps),
         "finish_us": us_from_ps(finish_ps),
+        "start_ps": ps_or_not_yet(start_ps),
+        "finish_ps": ps_or_not_yet(finish_ps),
     }
 
 
@@ -65,10 +68,10 @@ def _minus(intervals, removed) -> float:
 
 
 def iteration_split(columns: dict[str, np.ndarray], n_gpus: int) -> dict[str, float]:
-    """Iteration time and the mean per-GPU compute / exposed comm / bubble, in µs."""
+    """Iteration time (µs, and exact ps) and the mean per-GPU compute / exposed comm / bubble, in µs."""
     finish = columns["finish_us"]
     if finish.size == 0 or np.all(np.isnan(finish)):
-        return {"iteration_time_us": float("nan")}
+        return {"iteration_time_us": float("nan"), "iteration_time_ps": NOT_YET_PS}
     iteration = float(np.nanmax(finish))
     compute_us, comm_us = np.zeros(n_gpus), np.zeros(n_gpus)
     is_compute = columns["category"] == "compute"
@@ -82,6 +85,7 @@ def iteration_split(columns: dict[str, np.ndarray], n_gpus: int) -> dict[str, fl
     compute, exposed = compute_us[used].mean(), comm_us[used].mean()
     return {
         "iteration_time_us": iteration,
+        "iteration_time_ps": int(columns["finish_ps"].max()),
         "compute_us": float(compute),
         "exposed_comm_us": float(exposed),
         "bubble_us": float(iteration - compute - exposed),
