@@ -66,9 +66,9 @@ def test_streams_overlap_and_serialise():
     graph = b.build()
     result = run([Experiment(K4, graph.flow_set(), tasks=graph)])[0]
     t = result.tasks
-    assert t["start_us"][1] == 0.0  # the send does not wait for the compute
-    assert t["start_us"][2] == pytest.approx(30.0)
-    assert t["start_us"][3] == pytest.approx(t["finish_us"][send])
+    assert t["start_ps"][1] == 0  # the send does not wait for the compute
+    assert t["start_ps"][2] == 30 * US
+    assert t["start_ps"][3] == t["finish_ps"][send]
     assert result.summary["exposed_comm_us"] < t["finish_us"][3] - 30.0 + 1e-6  # the first send hid under compute
 
 
@@ -146,10 +146,10 @@ def test_compute_that_overlaps_communication_is_slowed():
         [Experiment(K4, graph.flow_set(), tasks=graph, compute_slowdown=1.5), Experiment(K4, graph.flow_set(), tasks=graph)]
     )
     t = slow.tasks
-    assert t["start_us"][during] == pytest.approx(1.0) and t["start_us"][during] < t["finish_us"][send]
-    assert t["finish_us"][during] - t["start_us"][during] == pytest.approx(15.0)
-    assert t["start_us"][after] > t["finish_us"][send]
-    assert t["finish_us"][after] - t["start_us"][after] == pytest.approx(10.0)
-    assert plain.tasks["finish_us"][during] - plain.tasks["start_us"][during] == pytest.approx(10.0)
+    assert t["start_ps"][during] == 1 * US and t["start_ps"][during] < t["finish_ps"][send]
+    assert t["finish_ps"][during] - t["start_ps"][during] == 15 * US
+    assert t["start_ps"][after] > t["finish_ps"][send]
+    assert t["finish_ps"][after] - t["start_ps"][after] == 10 * US
+    assert plain.tasks["finish_ps"][during] - plain.tasks["start_ps"][during] == 10 * US
     with pytest.raises(InputError, match="workload.compute_slowdown"):
         Experiment(K4, graph.flow_set(), tasks=graph, compute_slowdown=0).validate()
