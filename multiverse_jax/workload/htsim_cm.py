@@ -41,10 +41,10 @@ def _parse_start_ps(text: str, path: str, line: int) -> int:
         raise _error(f"start: expected a number of picoseconds, got {text!r}", path, line)
     if value < 0:
         raise _error(f"start must be >= 0 picoseconds, got {text}", path, line)
-    result = int(value.to_integral_value(rounding=decimal.ROUND_HALF_EVEN))
-    if result > INT64_MAX:
-        raise _error(f"start: {text} ps is too large", path, line)
-    return result
+    value = value.to_integral_value(rounding=decimal.ROUND_HALF_EVEN)
+    if value > INT64_MAX:  # before int(): 1e999999999 would be a huge int
+        raise _error(f"start: {text} ps does not fit in 64 bits (at most {INT64_MAX})", path, line)
+    return int(value)
 
 
 def _parse_endpoints(token: str, path: str, line: int) -> tuple[int, int]:
