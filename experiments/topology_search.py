@@ -306,12 +306,10 @@ def _table(title: str, rows: list[dict], cost: str):
 
 
 def plot(points: list[dict], front: list[dict], cost: str, metric_label: str, path: Path) -> Path:
-    import matplotlib
+    from multiverse_jax.report.figure import new_figure, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
+    fig = new_figure(8, 5.5, dpi=120)
+    ax = fig.add_subplot()
     markers = {"fattree": "s", "leafspine": "o", "rail": "^"}
     for kind, marker in markers.items():
         pts = [p for p in points if p["kind"] == kind and p["status"] == "ok"]
@@ -331,10 +329,7 @@ def plot(points: list[dict], front: list[dict], cost: str, metric_label: str, pa
     ax.set_title(f"topology search: {len(points)} variants")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def main(argv=None) -> int:

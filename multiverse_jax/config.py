@@ -288,7 +288,8 @@ def _imported_graph(c: Config, topology: Topology) -> TaskGraph:
         # astra reads the layer format as ASTRA-sim 1.0 does (auto-detecting SimAI files);
         # simai forces SimAI's conventions (e.g. all-gather sizes are the gathered output).
         dialect = "simai" if w.kind == WorkloadKind.simai else "auto"
-        return astra.to_tasks(astra.load_layers(path, dialect=dialect), w.gpus, comm_cfg=_comm_config(c))
+        layers = astra.load_layers(path, dialect=dialect)
+        return astra.to_tasks(layers, w.gpus, comm_cfg=_comm_config(c), mp_group=w.mp_group)
     if w.kind == WorkloadKind.chakra:
         from multiverse_jax.workload import chakra
 

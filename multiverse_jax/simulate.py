@@ -15,7 +15,7 @@ from multiverse_jax.components.experiment import ERROR_MESSAGES, State
 from multiverse_jax.components.static import Static
 from multiverse_jax.report.timeline import iteration_split, task_columns
 from multiverse_jax.timeseries import SampleCollector
-from multiverse_jax.units import PS_PER_US, us_from_ps
+from multiverse_jax.units import NEVER, NOT_YET_PS, PS_PER_US, ps_or_not_yet, us_from_ps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Result:
     """What one experiment produced."""
 
     flows: dict[str, np.ndarray]  # per-flow columns (see ``flow_columns``)
-    summary: dict  # scalars: status, error, simulated time, windows, packet hops, queues
+    summary: dict  # scalars: status, error, job and simulated time (µs and ps), windows, packet hops, queues
     port_max_queue_bytes: np.ndarray  # (P,) largest queue of each egress port
     flow_series: dict[str, np.ndarray] | None = None  # time series per (sample, flow); None if not sampled
     tasks: dict[str, np.ndarray] | None = None  # per-task table (``report/timeline.py``); None without a task graph
@@ -40,11 +40,18 @@ def error_message(error_word: int) -> str:
 
 
 def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.ndarray]:
-    """Per-flow results of experiment ``e`` of the batch, in input order (times in µs)."""
+    """Per-flow results of experiment ``e`` of the batch, in input order.
+
+    Times twice: float64 µs (``start_us``, ``finish_us``, ``rx_finish_us``, ``fct_us``; NaN
+    where the event never happened) and the exact int64 ps the simulator kept
+    (``start_ps``, ``finish_ps``, ``rx_finish_ps``, ``fct_ps``; ``NOT_YET_PS`` = -1 there).
+    """
     flows = experiment.flows
     n = len(flows)
     fs = jax.tree.map(lambda x: np.asarray(x[e, :n]), state.flows)
-    begin, finish, rx_finish = us_from_ps(fs.flow_begin_ps), us_from_ps(fs.flow_finish_ps), us_from_ps(fs.flow_rx_finish_ps)
+    begin_ps, finish_ps, rx_finish_ps = fs.flow_begin_ps, fs.flow_finish_ps, fs.flow_rx_finish_ps
+    begin, finish, rx_finish = us_from_ps(begin_ps), us_from_ps(finish_ps), us_from_ps(rx_finish_ps)
+    completed = (begin_ps != NEVER) & (finish_ps != NEVER)
     marks = np.asarray(state.cc.flow_ecn_marked_packets[e, :n])
     cnps = np.asarray(state.cc.dcqcn.flow_cnps_sent[e, :n])
     return {
@@ -56,6 +63,10 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
         "finish_us": finish,
         "rx_finish_us": rx_finish,
         "fct_us": finish - begin,
+        "start_ps": ps_or_not_yet(begin_ps),
+        "finish_ps": ps_or_not_yet(finish_ps),
+        "rx_finish_ps": ps_or_not_yet(rx_finish_ps),
+        "fct_ps": np.where(completed, finish_ps - begin_ps, NOT_YET_PS).astype(np.int64),
         "rx_bytes": fs.flow_rx_bytes,
         "priority": flows.prio,
         "ecn_marked_packets": marks,
@@ -94,7 +105,9 @@ def results(
             "n_flows": len(experiment.flows),
             "flows_finished": int(finished.size),
             "job_time_us": float(np.nanmax(columns["finish_us"])) if finished.size else float("nan"),
+            "job_time_ps": int(columns["finish_ps"].max()) if finished.size else NOT_YET_PS,
             "simulated_time_us": float(host["time_ps"][e] / PS_PER_US),
+            "simulated_time_ps": int(host["time_ps"][e]),
             "fct_mean_us": float(finished.mean()) if finished.size else float("nan"),
             "fct_p50_us": float(np.percentile(finished, 50)) if finished.size else float("nan"),
             "fct_p99_us": float(np.percentile(finished, 99)) if finished.size else float("nan"),

@@ -15,6 +15,7 @@ from multiverse_jax.config import experiment_from_config
 from multiverse_jax.errors import InputError
 
 FCT_HEADER = ["id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us"]
+FCT_HEADER += ["start_ps", "finish_ps", "rx_finish_ps", "fct_ps"]  # the same times, exact, in integer ps
 SMALL = "workload.flow_bytes=20000"
 
 # Flow 7 starts at 0; 8 starts when 7 completes at its sender; 9 when 8 does.
@@ -51,6 +52,9 @@ def test_default_job_writes_outputs(tmp_path):
         assert int(r["size_bytes"]) == 20000
         assert float(r["fct_us"]) == float(r["finish_us"]) - float(r["start_us"])
         assert float(r["start_us"]) == 0.0 and float(r["rx_finish_us"]) <= float(r["finish_us"])
+        assert int(r["fct_ps"]) == int(r["finish_ps"]) - int(r["start_ps"]) and int(r["start_ps"]) == 0
+        for t in ("start", "finish", "rx_finish", "fct"):
+            assert float(r[f"{t}_us"]) == int(r[f"{t}_ps"]) / 1e6
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["flows_finished"] == 16
     assert summary["config"]["workload"]["flow_bytes"] == 20000
@@ -65,6 +69,7 @@ def test_failed_run_writes_outputs_and_exits_1(tmp_path, capsys):
     unfinished = [r for r in rows if r["finish_us"] == ""]
     assert len(rows) == 16 and unfinished  # flows under one ToR may finish within 5 µs; the rest cannot
     assert all(r["fct_us"] == "" and r["start_us"] == "0.0" for r in unfinished)
+    assert all(r["fct_ps"] == r["finish_ps"] == "-1" and r["start_ps"] == "0" for r in unfinished)
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
 
 
@@ -205,10 +210,10 @@ def test_shipped_examples_run(tmp_path):
     )
     assert run(pipeline, tmp_path / "pipeline") == 0
     rows = {int(r["id"]): r for r in read_fct(tmp_path / "pipeline")[1]}
-    assert float(rows[2]["start_us"]) == pytest.approx(float(rows[1]["rx_finish_us"]), abs=1e-6)
-    assert float(rows[3]["start_us"]) == pytest.approx(float(rows[2]["rx_finish_us"]), abs=1e-6)
-    barrier = max(float(rows[3]["finish_us"]), float(rows[4]["finish_us"]))
-    assert float(rows[5]["start_us"]) == pytest.approx(barrier, abs=1e-6)
+    assert int(rows[2]["start_ps"]) == int(rows[1]["rx_finish_ps"])
+    assert int(rows[3]["start_ps"]) == int(rows[2]["rx_finish_ps"])
+    barrier = max(int(rows[3]["finish_ps"]), int(rows[4]["finish_ps"]))
+    assert int(rows[5]["start_ps"]) == barrier
 
 
 TINY_MODEL = "workload.model={layers:4,hidden:512,heads:8,seq_len:256,vocab:1000}"
@@ -225,7 +230,8 @@ def test_llm_iteration_writes_tasks_timeline_and_split(tmp_path):
     assert summary["compute_us"] > 0 and summary["exposed_comm_us"] > 0
     tasks = pq.read_table(tmp_path / "tasks.parquet").to_pydict()
     assert {"tp", "pp", "dp", "compute"} <= set(tasks["category"])
-    assert max(tasks["finish_us"]) == pytest.approx(summary["iteration_time_us"])
+    assert max(tasks["finish_us"]) == summary["iteration_time_us"]
+    assert max(tasks["finish_ps"]) == summary["iteration_time_ps"] and min(tasks["start_ps"]) >= 0
     assert (tmp_path / "timeline.png").stat().st_size > 0
 
 

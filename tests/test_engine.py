@@ -75,8 +75,8 @@ def test_trigger_starts_flow_at_exact_activation(kind, count):
     result = run_small([Experiment(K4, _chained_flows(kind, count))])[0]
     assert result.ok, result.summary
     f = result.flows
-    activations = sorted([f["finish_us"][0], f["rx_finish_us"][1]])
-    assert f["start_us"][2] == pytest.approx(activations[count - 1], abs=1e-6)
+    activations = sorted([f["finish_ps"][0], f["rx_finish_ps"][1]])
+    assert f["start_ps"][2] == activations[count - 1]
     assert f["finish_us"][2] > f["start_us"][2]
 
 
@@ -168,7 +168,7 @@ def test_results_of_a_failed_point_do_not_stop_the_others():
     bad = Experiment(K4, make_flows(np.arange(1, 9), 0, 200_000, 0), switch=SwitchConfig(buffer_bytes=20_000, pfc_xoff_bytes=20_000, pfc_xon_bytes=10_000))
     out = run_small([good, bad])
     assert out[0].ok and not out[1].ok
-    assert out[0].flows["finish_us"][0] == pytest.approx(14.51008, abs=1e-6)
+    assert out[0].flows["finish_ps"][0] == 14_510_080
 
 
 def test_acks_bypass_a_congested_data_queue():

@@ -331,8 +331,43 @@ def test_customized_and_model_data_groups(tmp_path, fake_calls):
     )
     astra.to_tasks(w, 4, comm_cfg=CommConfig(gpus_per_server=2))
     # ASTRA-sim's first dimension (one server of 2 GPUs) carries DP here; MP is strided across servers
-    assert {(c[1], c[3]) for c in fake_calls} == {((0, 2), "tp"), ((1, 3), "tp"), ((0, 1), "dp"), ((2, 3), "dp")}
-    assert "HYBRID_MODEL_DATA needs the MP group size" in str(error_of(astra.to_tasks, w, 4))
+    strided = {((0, 2), "tp"), ((1, 3), "tp"), ((0, 1), "dp"), ((2, 3), "dp")}
+    assert {(c[1], c[3]) for c in fake_calls} == strided
+    fake_calls.clear()
+    astra.to_tasks(w, 4, mp_group=2)  # workload.mp_group: MP groups of 2, the same layout
+    assert {(c[1], c[3]) for c in fake_calls} == strided
+    e = error_of(astra.to_tasks, w, 4)
+    assert "HYBRID_MODEL_DATA needs the size of its model-parallel groups: set workload.mp_group" in str(e)
+    assert "workload.gpus_per_server > 1" in str(e) and "comm_cfg" not in str(e) and "mp_group=" not in str(e)
+    e = error_of(astra.to_tasks, w, 4, mp_group=3)
+    assert "workload.gpus = 4 is not a multiple of workload.mp_group = 3" in str(e)
+
+
+MODEL_DATA = "HYBRID_MODEL_DATA\n1\nA -1 1 ALLREDUCE 8000 1 NONE 0 1 ALLREDUCE 16000 1\n"
+
+
+def test_model_data_file_with_one_gpu_per_server_runs_with_workload_mp_group(tmp_path):
+    """An ASTRA-sim 1.0 HYBRID_MODEL_DATA file, one GPU per server: the error names the
+    config key to set, and with it set the iteration runs."""
+    from multiverse_jax.config import experiment_from_config
+    from multiverse_jax.simulate import simulate
+
+    cfg = {
+        "topology": {"kind": "fattree", "k": 4},
+        "workload": {"kind": "astra", "path": str(write(tmp_path, MODEL_DATA, "md.txt")), "gpus": 4},
+        "sim": {"sample_interval_us": 0},
+    }
+    e = error_of(experiment_from_config, cfg)
+    assert str(e).startswith(f"{tmp_path / 'md.txt'}:1: HYBRID_MODEL_DATA needs") and "set workload.mp_group" in str(e)
+    cfg["workload"]["mp_group"] = 2
+    exp = experiment_from_config(cfg)
+    # MP groups {0, 2} and {1, 3} (strided), DP groups {0, 1} and {2, 3}: ring all-reduces of 2 GPUs
+    pairs = {(0, 2), (2, 0), (1, 3), (3, 1), (0, 1), (1, 0), (2, 3), (3, 2)}
+    assert set(zip(exp.flows.src.tolist(), exp.flows.dst.tolist())) == pairs
+    (result,) = simulate([exp])
+    assert result.ok and result.summary["iteration_time_us"] > 0
+    cfg["workload"]["mp_group"] = 0
+    assert "workload.mp_group must be an integer >= 1, got 0" in str(error_of(experiment_from_config, cfg))
 
 
 @needs_shared

@@ -174,10 +174,10 @@ def test_default_metric_prefers_a_finite_iteration_time(tmp_path):
 def test_cdf_points_keep_the_best_and_worst_when_too_many():
     metric = np.random.default_rng(0).permutation(20)
     rows = [{"status": "ok", "job_num": i, "m": float(v)} for i, v in enumerate(metric)]
-    chosen, selected = sweep_report._cdf_points(rows, "m")
+    chosen, selected = sweep_report._cdf_points(pa.Table.from_pylist(rows), "m")
     assert selected
     assert [r["m"] for r in chosen] == [0, 1, 2, 3, 4, 5, 14, 15, 16, 17, 18, 19]
-    chosen, selected = sweep_report._cdf_points(rows[:12], "m")
+    chosen, selected = sweep_report._cdf_points(pa.Table.from_pylist(rows[:12]), "m")
     assert not selected and len(chosen) == 12
 
 

@@ -42,15 +42,16 @@ def test_task_times_follow_the_closed_form():
     result = run([Experiment(K4, graph.flow_set(), tasks=graph)])[0]
     assert result.ok, result.summary
     # h0 -> tor0 -> h1: two 100 Gb/s, 1 us links; a flow task ends when the receiver has it all.
-    rx1, _ = store_and_forward_ps(wire_sizes(100_000), [100e9] * 2, [US] * 2)
-    rx2, _ = store_and_forward_ps(wire_sizes(50_000), [100e9] * 2, [US] * 2)
+    rx1, _ = store_and_forward_ps(wire_sizes(100_000), [100 * 10**9] * 2, [US] * 2)
+    rx2, _ = store_and_forward_ps(wire_sizes(50_000), [100 * 10**9] * 2, [US] * 2)
     start = [0, 5 * US, 5 * US + rx1, 7 * US + rx1, 7 * US + rx1 + rx2]
     finish = [5 * US, 5 * US + rx1, 7 * US + rx1, 7 * US + rx1 + rx2, 8 * US + rx1 + rx2]
-    np.testing.assert_allclose(result.tasks["start_us"], np.array(start) / US, rtol=0, atol=1e-9)
-    np.testing.assert_allclose(result.tasks["finish_us"], np.array(finish) / US, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(result.tasks["start_ps"], start)  # exact, in ps
+    np.testing.assert_array_equal(result.tasks["finish_ps"], finish)
     # Each flow starts exactly when its task starts.
-    np.testing.assert_allclose(result.flows["start_us"], np.array(start)[[1, 3]] / US, atol=1e-9)
-    assert result.summary["iteration_time_us"] == pytest.approx(finish[-1] / US)
+    np.testing.assert_array_equal(result.flows["start_ps"], np.array(start)[[1, 3]])
+    assert result.summary["iteration_time_ps"] == finish[-1]
+    assert result.summary["iteration_time_us"] == finish[-1] / US
     split = result.summary
     assert split["compute_us"] + split["exposed_comm_us"] + split["bubble_us"] == pytest.approx(finish[-1] / US)
     assert split["compute_us"] == pytest.approx((6 + 2) / 2)  # mean over the two GPUs
@@ -66,9 +67,9 @@ def test_streams_overlap_and_serialise():
     graph = b.build()
     result = run([Experiment(K4, graph.flow_set(), tasks=graph)])[0]
     t = result.tasks
-    assert t["start_us"][1] == 0.0  # the send does not wait for the compute
-    assert t["start_us"][2] == pytest.approx(30.0)
-    assert t["start_us"][3] == pytest.approx(t["finish_us"][send])
+    assert t["start_ps"][1] == 0  # the send does not wait for the compute
+    assert t["start_ps"][2] == 30 * US
+    assert t["start_ps"][3] == t["finish_ps"][send]
     assert result.summary["exposed_comm_us"] < t["finish_us"][3] - 30.0 + 1e-6  # the first send hid under compute
 
 
@@ -149,10 +150,10 @@ def test_compute_that_overlaps_communication_is_slowed():
         ]
     )
     t = slow.tasks
-    assert t["start_us"][during] == pytest.approx(1.0) and t["start_us"][during] < t["finish_us"][send]
-    assert t["finish_us"][during] - t["start_us"][during] == pytest.approx(15.0)
-    assert t["start_us"][after] > t["finish_us"][send]
-    assert t["finish_us"][after] - t["start_us"][after] == pytest.approx(10.0)
-    assert plain.tasks["finish_us"][during] - plain.tasks["start_us"][during] == pytest.approx(10.0)
+    assert t["start_ps"][during] == 1 * US and t["start_ps"][during] < t["finish_ps"][send]
+    assert t["finish_ps"][during] - t["start_ps"][during] == 15 * US
+    assert t["start_ps"][after] > t["finish_ps"][send]
+    assert t["finish_ps"][after] - t["start_ps"][after] == 10 * US
+    assert plain.tasks["finish_ps"][during] - plain.tasks["start_ps"][during] == 10 * US
     with pytest.raises(InputError, match="workload.compute_slowdown"):
         WorkloadConfig(compute_slowdown=0)

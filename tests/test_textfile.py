@@ -101,3 +101,12 @@ def test_read_lines_numbers_lines_as_editors_do(tmp_path):
     path = tmp_path / "f.txt"
     path.write_bytes(b"a\r\nb\n\nc")
     assert read_lines(path, "f") == ["a", "b", "", "c"]
+
+
+def test_huge_numbers_are_rejected_without_building_them(tmp_path):
+    path = tmp_path / "huge.cm"
+    path.write_text("Nodes 2\nConnections 1\n0->1 id 1 start 1e999999999 size 10\n")
+    with pytest.raises(InputError, match=r"huge.cm:3: start: 1e999999999 ps does not fit in 64 bits"):
+        load_cm(path)
+    with pytest.raises(InputError, match=r"f.txt:3: size: 1e999999999 does not fit in 64 bits"):
+        parse_int("1e999999999", "size", "f.txt", 3)

@@ -182,40 +182,41 @@ def experiment(case: Case):
     return exp, run_options(cfg)
 
 
-def compute_bound_us(graph) -> float:
+def compute_bound_ps(graph) -> int:
     """The most compute on one (GPU, stream): its tasks run one after another."""
     mine = (graph.category == "compute") & (graph.kind == TASK_DELAY) & (graph.stream != NO_STREAM)
     if not mine.any():
-        return 0.0
+        return 0
     keys, index = np.unique(np.stack([graph.gpu[mine], graph.stream[mine]]), axis=1, return_inverse=True)
     total = np.zeros(keys.shape[1], np.int64)
     np.add.at(total, index.reshape(-1), graph.duration_ps[mine])
-    return float(total.max()) / 1e6
+    return int(total.max())
 
 
 def check_result(name: str, exp, result) -> None:
     graph, s = exp.tasks, result.summary
     assert result.ok, f"{name}: {s['status']} {s['error']}"
     t = result.tasks
-    start, finish = t["start_us"], t["finish_us"]
-    assert not np.isnan(start).any() and not np.isnan(finish).any(), f"{name}: some tasks never ran"
+    start, finish = t["start_ps"], t["finish_ps"]  # exact, in ps (-1: never)
+    assert (start >= 0).all() and (finish >= 0).all(), f"{name}: some tasks never ran"
+    assert not np.isnan(t["start_us"]).any() and not np.isnan(t["finish_us"]).any()
     # Every task starts when its last dependency finishes (time 0 without one).
     deps = graph.deps
-    dep_finish = np.where(deps >= 0, finish[np.maximum(deps, 0)], 0.0).max(axis=1)
+    dep_finish = np.where(deps >= 0, finish[np.maximum(deps, 0)], 0).max(axis=1)
     np.testing.assert_array_equal(start, dep_finish, err_msg=f"{name}: task starts")
     delay = graph.kind == TASK_DELAY
-    np.testing.assert_allclose(finish[delay] - start[delay], graph.duration_ps[delay] / 1e6, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(finish[delay] - start[delay], graph.duration_ps[delay], err_msg=f"{name}: delays")
     # Flows: all bytes delivered; each started with its task and ended it.
     f = result.flows
     np.testing.assert_array_equal(f["rx_bytes"], f["size_bytes"], err_msg=f"{name}: bytes delivered")
-    assert not np.isnan(f["finish_us"]).any()
+    assert (f["finish_ps"] >= 0).all() and not np.isnan(f["finish_us"]).any()
     flow_tasks = graph.flow_tasks
     assert (graph.kind[flow_tasks] == TASK_FLOW).all() and len(f["size_bytes"]) == len(flow_tasks)
-    np.testing.assert_array_equal(f["start_us"], start[flow_tasks])
-    np.testing.assert_array_equal(f["rx_finish_us"], finish[flow_tasks])
-    iteration = s["iteration_time_us"]
-    assert iteration == finish.max() > 0
-    assert iteration >= compute_bound_us(graph), f"{name}: {iteration} us < its compute {compute_bound_us(graph)} us"
+    np.testing.assert_array_equal(f["start_ps"], start[flow_tasks])
+    np.testing.assert_array_equal(f["rx_finish_ps"], finish[flow_tasks])
+    iteration = s["iteration_time_ps"]
+    assert iteration == finish.max() > 0 and s["iteration_time_us"] == t["finish_us"].max()
+    assert iteration >= compute_bound_ps(graph), f"{name}: {iteration} ps < its compute {compute_bound_ps(graph)} ps"
 
 
 @pytest.fixture(scope="module")

@@ -310,6 +310,11 @@ class WorkloadConfig:
     gpu: str = "A100-80GB"  # llm: A100-80GB | H100-SXM
     gpus: int = 16  # astra / simai / chakra / goal: GPUs to simulate (<= hosts)
     gpus_per_server: int = 1  # GPUs sharing a server (NVLink): traffic between them skips the network
+    # astra / simai: model-parallel group size. None: as ASTRA-sim derives it -- the file's
+    # model_parallel_NPU_group; else HYBRID_DATA_MODEL / HYBRID_CUSTOMIZED: gpus_per_server
+    # (MP on ASTRA-sim's first network dimension, one server); HYBRID_MODEL_DATA:
+    # gpus / gpus_per_server (DP on that dimension, MP strided across servers).
+    mp_group: Optional[int] = None
     channels: int = 1  # NCCL channels (parallel rings per collective)
     placement: Placement = Placement.packed  # servers onto host blocks
     compute_slowdown: float = 1.0  # compute that starts while its GPU communicates takes this x longer
@@ -326,6 +331,8 @@ class WorkloadConfig:
             check_number(f"workload.{key}", getattr(self, key), low=1, integer=True)
         check_number("workload.gpus_per_server", self.gpus_per_server, low=1, integer=True)
         check_number("workload.channels", self.channels, low=1, integer=True)
+        if self.mp_group is not None:
+            check_number("workload.mp_group", self.mp_group, low=1, integer=True)
         if not (isinstance(self.compute_slowdown, (int, float)) and 0 < self.compute_slowdown < 100):
             raise InputError(f"workload.compute_slowdown must be a number in (0, 100), 1 = off, got {self.compute_slowdown!r}")
         for category, value in self.priorities.items():

@@ -3,17 +3,23 @@
 ``write_outputs`` writes into ``run_dir``:
 
 * ``summary.json``: the result's summary scalars (NaN written as null), the topology's
-  name and, if given, the resolved config under ``config``;
+  name and, if given, the resolved config under ``config``; times in µs (``job_time_us``,
+  ``simulated_time_us``, ``iteration_time_us``) and, exact, in integer ps
+  (``job_time_ps``, ``simulated_time_ps``, ``iteration_time_ps``; -1 where there is none);
 * ``flows.parquet``: every per-flow column of the result;
 * ``fct.csv``: ``id,src,dst,size_bytes,start_us,finish_us,rx_finish_us,fct_us`` (times in
-  µs; empty where a flow never started or finished);
+  µs; empty where a flow never started or finished), then the same four times as the
+  simulator keeps them, in integer picoseconds: ``start_ps,finish_ps,rx_finish_ps,fct_ps``
+  (-1, ``units.NOT_YET_PS``, where a flow never started or finished);
 * ``fct_cdf.png`` (when ``plots``): the empirical CDF of the flow completion times;
 * when the result has time series (``sim.sample_interval_us`` > 0):
   ``timeseries_flows.parquet`` (``time_us, flow_id, rate_gbps, window_bytes, rx_bytes``: one
   row per sample and flow), ``timeseries_ports.parquet`` (``time_us, port, src_node,
   dst_node, queue_bytes``: one row per sample and egress port) and, when ``plots``,
   ``timeseries.png`` (``plot_timeseries``; ``multiverse-jax-plot`` redraws it from the two
-  parquet files).
+  parquet files);
+* for a task workload: ``tasks.parquet`` (``timeline.task_columns``: one row per task, its
+  times in µs and, exact, ``start_ps`` / ``finish_ps``) and, when ``plots``, ``timeline.png``.
 """
 
 from __future__ import annotations
@@ -28,9 +34,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.table import Table
 
+from multiverse_jax.report.figure import new_figure, save
 from multiverse_jax.report.timeline import plot_gantt
 
-FCT_COLUMNS = ("id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us")
+FCT_COLUMNS = (
+    "id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us",
+    "start_ps", "finish_ps", "rx_finish_ps", "fct_ps",
+)  # fmt: skip
 FLOW_SERIES_FILE = "timeseries_flows.parquet"
 PORT_SERIES_FILE = "timeseries_ports.parquet"
 TIMESERIES_PLOT_FILE = "timeseries.png"
@@ -68,11 +78,7 @@ def write_fct_csv(flows: dict[str, np.ndarray], path: Path) -> None:
 
 def plot_fct_cdf(fct_us: np.ndarray, title: str, path: Path) -> None:
     """Step plot of the empirical CDF of the finished flows' completion times."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6, 4), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(6, 4)
     ax = fig.add_subplot()
     finished = np.sort(fct_us[~np.isnan(fct_us)])
     if finished.size:
@@ -86,8 +92,7 @@ def plot_fct_cdf(fct_us: np.ndarray, title: str, path: Path) -> None:
     ax.set_xlim(left=0)
     ax.grid(True, alpha=0.3)
     ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
 
 
 def _flow_lines(time_us, flow_id, values):
@@ -96,6 +101,87 @@ def _flow_lines(time_us, flow_id, values):
     time_us, flow_id, values = time_us[order], flow_id[order], values[order]
     ids, first = np.unique(flow_id, return_index=True)
     return {int(i): (t, v) for i, t, v in zip(ids, np.split(time_us, first[1:]), np.split(values, first[1:]))}
+
+
+def _shown_flows(lines: dict, flows) -> tuple[list[int], bool]:
+    """(the flow ids drawn, whether the mean over all flows is drawn too): ``flows`` when
+    given (an id not in ``lines`` is a ValueError), else all of them, else an evenly spaced
+    sample of ``MAX_PLOTTED_FLOWS`` plus the mean."""
+    if flows is not None:
+        wanted = [int(i) for i in flows]
+        missing = [i for i in wanted if i not in lines]
+        if missing:
+            known = sorted(lines)
+            shown = ", ".join(map(str, known[:20])) + (", ..." if len(known) > 20 else "")
+            raise ValueError(
+                f"flow id{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} not in the time series "
+                f"(flow ids: {shown or 'none'})"
+            )
+        return list(dict.fromkeys(wanted)), False
+    if len(lines) > MAX_PLOTTED_FLOWS:
+        ids = np.array(sorted(lines))
+        return [int(i) for i in ids[np.linspace(0, len(ids) - 1, MAX_PLOTTED_FLOWS).round().astype(int)]], True
+    return sorted(lines), False
+
+
+def _plot_rates(ax, flow_series, title: str, flows) -> None:
+    """Each shown flow's sending rate (Gb/s) over time, and the mean when flows are sampled."""
+    import matplotlib
+
+    f_time = np.asarray(flow_series["time_us"], float)
+    rate = np.asarray(flow_series["rate_gbps"], float)
+    lines = _flow_lines(f_time, np.asarray(flow_series["flow_id"]).astype(np.int64), rate)
+    shown_ids, show_mean = _shown_flows(lines, flows)
+    palette = matplotlib.colormaps["tab20" if len(shown_ids) > 10 else "tab10"]
+    for k, i in enumerate(shown_ids):
+        t, v = lines[i]
+        ax.plot(t, v, lw=1.0, color=palette(k % palette.N), label=f"flow {i}")
+    if show_mean:
+        times, inverse = np.unique(f_time, return_inverse=True)
+        mean = np.bincount(inverse, weights=rate) / np.bincount(inverse)
+        ax.plot(times, mean, color="black", lw=2.0, ls="--", label=f"mean of {len(lines)} flows")
+    if shown_ids:
+        ax.legend(fontsize="x-small", ncol=4, loc="lower left")
+    else:
+        ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
+    sampled = f" ({len(shown_ids)} of {len(lines)} flows)" if show_mean else ""
+    ax.set_ylabel("sending rate (Gb/s)")
+    ax.set_title(f"{title}: sending rate{sampled}" if title else f"sending rate{sampled}", fontsize="medium")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+
+
+def _plot_queues(ax, port_series, n_ports: int) -> None:
+    """Queue depth (KB) over time of the ``n_ports`` ports with the largest peak queue."""
+    p_time = np.asarray(port_series["time_us"], float)
+    port = np.asarray(port_series["port"]).astype(np.int64)
+    src, dst = np.asarray(port_series["src_node"]), np.asarray(port_series["dst_node"])
+    queue_kb = np.asarray(port_series["queue_bytes"], float) / 1000.0
+    busiest = []
+    if port.size:
+        ports, inverse = np.unique(port, return_inverse=True)
+        peak = np.zeros(len(ports))
+        np.maximum.at(peak, inverse, queue_kb)
+        order = np.argsort(-peak, kind="stable")
+        busiest = [int(ports[j]) for j in order[: max(0, n_ports)] if peak[j] > 0]
+    for p in busiest:
+        mask = port == p
+        t, q = p_time[mask], queue_kb[mask]
+        o = np.argsort(t, kind="stable")
+        first = np.flatnonzero(mask)[0]
+        ax.plot(t[o], q[o], lw=1.0, label=f"{int(src[first])}->{int(dst[first])}")
+    if busiest:
+        ax.legend(fontsize="x-small", ncol=4, loc="upper left", title="port (src->dst node)", title_fontsize="x-small")
+    else:
+        message = "no queue built up" if port.size else "no samples"
+        ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel("queue (KB)")
+    ax.set_xlabel("time (µs)")
+    ports_title = f"queue depth of the {len(busiest)} port{'s' if len(busiest) != 1 else ''} with the largest peak"
+    ax.set_title(ports_title if busiest else "queue depth", fontsize="medium")
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0)
+    ax.grid(True, alpha=0.3)
 
 
 def plot_timeseries(
@@ -116,87 +202,11 @@ def plot_timeseries(
     peak queue, labelled ``src->dst`` (node ids). ``flow_series`` and ``port_series`` are
     mappings of equal-length columns (``FLOW_SERIES_COLUMNS``, ``PORT_SERIES_COLUMNS``).
     """
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    f_time = np.asarray(flow_series["time_us"], float)
-    f_id = np.asarray(flow_series["flow_id"]).astype(np.int64)
-    rate = np.asarray(flow_series["rate_gbps"], float)
-    p_time = np.asarray(port_series["time_us"], float)
-    port = np.asarray(port_series["port"]).astype(np.int64)
-    src, dst = np.asarray(port_series["src_node"]), np.asarray(port_series["dst_node"])
-    queue_kb = np.asarray(port_series["queue_bytes"], float) / 1000.0
-
-    lines = _flow_lines(f_time, f_id, rate)
-    if flows is not None:
-        wanted = [int(i) for i in flows]
-        missing = [i for i in wanted if i not in lines]
-        if missing:
-            known = sorted(lines)
-            shown = ", ".join(map(str, known[:20])) + (", ..." if len(known) > 20 else "")
-            raise ValueError(
-                f"flow id{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} not in the time series "
-                f"(flow ids: {shown or 'none'})"
-            )
-        shown_ids, show_mean = list(dict.fromkeys(wanted)), False
-    elif len(lines) > MAX_PLOTTED_FLOWS:
-        ids = np.array(sorted(lines))
-        shown_ids = [int(i) for i in ids[np.linspace(0, len(ids) - 1, MAX_PLOTTED_FLOWS).round().astype(int)]]
-        show_mean = True
-    else:
-        shown_ids, show_mean = sorted(lines), False
-
-    fig = Figure(figsize=(8, 7), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(8, 7)
     ax_rate, ax_queue = fig.subplots(2, 1, sharex=True)
-    palette = matplotlib.colormaps["tab20" if len(shown_ids) > 10 else "tab10"]
-    for k, i in enumerate(shown_ids):
-        t, v = lines[i]
-        ax_rate.plot(t, v, lw=1.0, color=palette(k % palette.N), label=f"flow {i}")
-    if show_mean:
-        times, inverse = np.unique(f_time, return_inverse=True)
-        mean = np.bincount(inverse, weights=rate) / np.bincount(inverse)
-        ax_rate.plot(times, mean, color="black", lw=2.0, ls="--", label=f"mean of {len(lines)} flows")
-    if shown_ids:
-        ax_rate.legend(fontsize="x-small", ncol=4, loc="lower left")
-    else:
-        ax_rate.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax_rate.transAxes)
-    sampled = f" ({len(shown_ids)} of {len(lines)} flows)" if show_mean else ""
-    ax_rate.set_ylabel("sending rate (Gb/s)")
-    ax_rate.set_title(f"{title}: sending rate{sampled}" if title else f"sending rate{sampled}", fontsize="medium")
-    ax_rate.set_ylim(bottom=0)
-    ax_rate.grid(True, alpha=0.3)
-
-    busiest = []
-    if port.size:
-        ports, inverse = np.unique(port, return_inverse=True)
-        peak = np.zeros(len(ports))
-        np.maximum.at(peak, inverse, queue_kb)
-        order = np.argsort(-peak, kind="stable")
-        busiest = [int(ports[j]) for j in order[: max(0, n_ports)] if peak[j] > 0]
-    for p in busiest:
-        mask = port == p
-        t, q = p_time[mask], queue_kb[mask]
-        o = np.argsort(t, kind="stable")
-        first = np.flatnonzero(mask)[0]
-        ax_queue.plot(t[o], q[o], lw=1.0, label=f"{int(src[first])}->{int(dst[first])}")
-    if busiest:
-        ax_queue.legend(
-            fontsize="x-small", ncol=4, loc="upper left", title="port (src->dst node)", title_fontsize="x-small"
-        )
-    else:
-        message = "no queue built up" if port.size else "no samples"
-        ax_queue.text(0.5, 0.5, message, ha="center", va="center", transform=ax_queue.transAxes)
-    ax_queue.set_ylabel("queue (KB)")
-    ax_queue.set_xlabel("time (µs)")
-    ports_title = f"queue depth of the {len(busiest)} port{'s' if len(busiest) != 1 else ''} with the largest peak"
-    ax_queue.set_title(ports_title if busiest else "queue depth", fontsize="medium")
-    ax_queue.set_ylim(bottom=0)
-    ax_queue.set_xlim(left=0)
-    ax_queue.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
+    _plot_rates(ax_rate, flow_series, title, flows)
+    _plot_queues(ax_queue, port_series, n_ports)
+    save(fig, path)
 
 
 def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict | None = None) -> dict[str, Path]:

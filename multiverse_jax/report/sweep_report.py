@@ -37,6 +37,7 @@ unknown metric), reported in one line on stderr without a traceback.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -44,11 +45,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.report.figure import new_figure, save
 from multiverse_jax.report.plot import positive_int, read_checked
 from multiverse_jax.sweep.results import BOOKKEEPING, METRICS, TABLE_FILE
 
@@ -158,29 +161,42 @@ def _check_metric(table: pa.Table, metric: str) -> None:
         raise InputError(f"unknown metric {metric!r} (metric columns: {', '.join(valid) or 'none'})")
 
 
-def ok_rows(table: pa.Table) -> list[dict]:
-    """The rows (dicts by column name) of the points whose status is ok, in table order."""
-    return [row for row in table.to_pylist() if row.get("status") == STATUS_OK]
+def _is_ok(table: pa.Table) -> pa.ChunkedArray:
+    """Per point: its status is ok (a null status is not)."""
+    return pc.fill_null(pc.equal(table["status"], STATUS_OK), False)
+
+
+def _ok(table: pa.Table) -> pa.Table:
+    """The points whose status is ok, in table order."""
+    return table.filter(_is_ok(table))
+
+
+def _finite(table: pa.Table, metric: str) -> pa.ChunkedArray:
+    """Per point: ``metric`` is a finite number (not NaN, not null)."""
+    return pc.fill_null(pc.is_finite(pc.cast(table[metric], pa.float64(), safe=False)), False)
+
+
+def _ok_with(table: pa.Table, metric: str) -> pa.Table:
+    """The ok points with a finite ``metric``, in table order."""
+    ok = _ok(table)
+    return ok.filter(_finite(ok, metric))
 
 
 def best_points(table: pa.Table, metric: str, top: int = 10) -> list[dict]:
     """The ``top`` ok points with the lowest finite ``metric``, best first, as row dicts.
 
-    Points whose metric is NaN or null are left out; ties keep the table order. An unknown
-    metric is an InputError listing the metric columns.
+    Points whose metric is NaN or null are left out; ties keep the table order (the sort
+    is stable). An unknown metric is an InputError listing the metric columns.
     """
     _check_metric(table, metric)
-    ranked = [row for row in ok_rows(table) if math.isfinite(_as_float(row[metric]))]
-    ranked.sort(key=lambda row: _as_float(row[metric]))  # stable: ties in table order
-    return ranked[: max(0, int(top))]
+    return _ok_with(table, metric).sort_by(metric).slice(0, max(0, int(top))).to_pylist()
 
 
 def default_metric(table: pa.Table) -> str:
     """``iteration_time_us`` if some ok point has a finite one, else ``job_time_us``
     (else the first metric column, when a sweep has neither)."""
     metrics = metric_columns(table)
-    ok = ok_rows(table)
-    if "iteration_time_us" in metrics and any(math.isfinite(_as_float(r["iteration_time_us"])) for r in ok):
+    if "iteration_time_us" in metrics and _ok_with(table, "iteration_time_us").num_rows:
         return "iteration_time_us"
     if "job_time_us" in metrics or not metrics:
         return "job_time_us"
@@ -190,16 +206,6 @@ def default_metric(table: pa.Table) -> str:
 # --------------------------------------------------------------------------------------------
 # Plots
 # --------------------------------------------------------------------------------------------
-
-
-def _figure(width: float, height: float):
-    """A matplotlib Figure on the Agg canvas (no pyplot, no global backend state)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
 
 
 def _is_numeric(table: pa.Table, column: str) -> bool:
@@ -249,11 +255,11 @@ def plot_metric_vs_params(table: pa.Table, metric: str, params: list[str], path)
     numeric column with nulls): the points of each category at evenly spaced positions,
     the category mean marked by a bar.
     """
-    rows = [r for r in ok_rows(table) if math.isfinite(_as_float(r[metric]))]
+    rows = _ok_with(table, metric).to_pylist()
     y = np.array([_as_float(r[metric]) for r in rows], float)
     ncols = min(3, len(params))
     nrows = math.ceil(len(params) / ncols)
-    fig = _figure(4.2 * ncols, 3.4 * nrows)
+    fig = new_figure(4.2 * ncols, 3.4 * nrows)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax in axes[len(params) :]:
         ax.set_visible(False)
@@ -294,20 +300,20 @@ def plot_metric_vs_params(table: pa.Table, metric: str, params: list[str], path)
             ax.text(0.5, 0.5, f"no ok point with a {metric}", ha="center", va="center", transform=ax.transAxes)
     axes[0].legend(fontsize="x-small")
     fig.suptitle(f"{metric} against the swept parameters ({len(rows)} ok points)", fontsize="medium")
-    fig.tight_layout()
-    fig.savefig(path)
-    return Path(path)
+    return save(fig, path)
 
 
-def _cdf_points(rows: list[dict], metric: str) -> tuple[list[dict], bool]:
-    """The ok points whose CDF is drawn, best first, and whether that is a selection.
+def _cdf_points(table: pa.Table, metric: str) -> tuple[list[dict], bool]:
+    """The ok points whose CDF is drawn (row dicts), best first, and whether that is a selection.
 
     At most ``MAX_CDF_CURVES``: beyond that, the best and the worst half of that number by
     the metric (points with a NaN metric only fill in when too few have one).
     """
-    ranked = sorted((r for r in rows if math.isfinite(_as_float(r[metric]))), key=lambda r: _as_float(r[metric]))
-    unranked = [r for r in rows if not math.isfinite(_as_float(r[metric]))]
-    if len(rows) <= MAX_CDF_CURVES:
+    ok = _ok(table)
+    finite = _finite(ok, metric)
+    ranked = ok.filter(finite).sort_by(metric).to_pylist()
+    unranked = ok.filter(pc.invert(finite)).to_pylist()
+    if ok.num_rows <= MAX_CDF_CURVES:
         return ranked + unranked, False
     half = MAX_CDF_CURVES // 2
     if len(ranked) >= MAX_CDF_CURVES:
@@ -352,8 +358,7 @@ def plot_fct_cdfs(sweep_dir, table: pa.Table, metric: str, path) -> tuple[Path |
     import matplotlib
 
     sweep_dir = Path(sweep_dir)
-    rows = ok_rows(table)
-    chosen, selected = _cdf_points(rows, metric)
+    chosen, selected = _cdf_points(table, metric)
     curves, notes = [], []
     for row in chosen:
         try:
@@ -362,7 +367,7 @@ def plot_fct_cdfs(sweep_dir, table: pa.Table, metric: str, path) -> tuple[Path |
             notes.append(f"no FCT CDF for job {row.get('job_num', row.get('job_dir'))}: {exc}")
     if not curves:
         return None, notes
-    fig = _figure(9, 5.5)
+    fig = new_figure(9, 5.5)
     ax = fig.add_subplot()
     palette = matplotlib.colormaps["tab20" if len(curves) > 10 else "tab10"]
     all_finished = []
@@ -382,14 +387,12 @@ def plot_fct_cdfs(sweep_dir, table: pa.Table, metric: str, path) -> tuple[Path |
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.3)
     half = MAX_CDF_CURVES // 2
-    what = f"{len(rows)} ok points"
+    what = f"{_ok(table).num_rows} ok points"
     if selected:
         what = f"best {half} and worst {half} of {what} by {metric}"
     ax.set_title(f"FCT CDF: {what}", fontsize="medium")
     ax.legend(fontsize="xx-small", loc="lower right", title=f"overrides  [{metric}]", title_fontsize="x-small")
-    fig.tight_layout()
-    fig.savefig(path)
-    return Path(path), notes
+    return save(fig, path), notes
 
 
 def _axis(
@@ -432,9 +435,9 @@ def plot_parallel_coordinates(table: pa.Table, metric: str, params: list[str], p
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    rows = [r for r in ok_rows(table) if math.isfinite(_as_float(r[metric]))]
+    rows = _ok_with(table, metric).to_pylist()
     columns = [*params, metric]
-    fig = _figure(max(6.0, 1.9 * len(columns) + 2), 5)
+    fig = new_figure(max(6.0, 1.9 * len(columns) + 2), 5)
     ax = fig.add_subplot()
     cmap = matplotlib.colormaps["viridis"]
     y = np.array([_as_float(r[metric]) for r in rows], float)
@@ -461,9 +464,7 @@ def plot_parallel_coordinates(table: pa.Table, metric: str, params: list[str], p
         ax.spines[side].set_visible(False)
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label=metric, pad=0.02)
     ax.set_title(f"design space: {len(rows)} ok points coloured by {metric}", fontsize="medium")
-    fig.tight_layout()
-    fig.savefig(path)
-    return Path(path)
+    return save(fig, path)
 
 
 def write_plots(sweep_dir, table: pa.Table, metric: str, out_dir) -> tuple[dict[str, Path], list[str]]:
@@ -479,7 +480,7 @@ def write_plots(sweep_dir, table: pa.Table, metric: str, out_dir) -> tuple[dict[
     files: dict[str, Path] = {}
     notes: list[str] = []
     params = swept_parameters(table)
-    has_metric = any(math.isfinite(_as_float(r[metric])) for r in ok_rows(table))
+    has_metric = _ok_with(table, metric).num_rows > 0
     try:
         if not params:
             notes.append(
@@ -537,25 +538,32 @@ def parser() -> argparse.ArgumentParser:
 def select(table: pa.Table, conditions: list[str]) -> pa.Table:
     """The rows of ``table`` that meet every ``KEY=VALUE`` condition (values compared as text;
     ``1e5`` and ``100000.0`` are the same number). InputError names an unknown column."""
-    rows = table.to_pylist()
-    keep = [True] * len(rows)
+    masks = []
     for condition in conditions:
         key, sep, value = condition.partition("=")
         if not sep or key not in table.column_names:
             valid = ", ".join(c for c in table.column_names if c not in BOOKKEEPING_COLUMNS)
             raise InputError(f"--where {condition!r}: expected KEY=VALUE with KEY a column of the table ({valid})")
-        for i, row in enumerate(rows):
-            keep[i] = keep[i] and _same(row[key], value)
-    return table.filter(pa.array(keep, pa.bool_()))
+        masks.append(_equals(table[key], value))
+    return table.filter(functools.reduce(pc.and_, masks)) if masks else table
 
 
-def _same(cell, text: str) -> bool:
-    if str(cell) == text:
-        return True
-    try:
-        return isinstance(cell, (int, float)) and not isinstance(cell, bool) and float(cell) == float(text)
-    except ValueError:
-        return False
+def _equals(column: pa.ChunkedArray, text: str) -> pa.ChunkedArray:
+    """Per cell: it reads as ``text`` (as Python's ``str`` shows it, so a null reads "None"),
+    or it is a number in a numeric column equal to the number ``text``."""
+    kind = column.type
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        values = pc.cast(column, pa.float64(), safe=False)  # as float(cell) rounds
+        try:
+            number = float(text)
+        except ValueError:
+            number = None  # equal to no number: a null comparison
+        same = pc.is_nan(values) if text == "nan" else pc.equal(values, number)  # str(nan) == "nan"
+    elif pa.types.is_boolean(kind):
+        same = pc.equal(column, text == "True") if text in ("True", "False") else pc.equal(column, None)
+    else:
+        same = pc.equal(pc.cast(column, pa.string()), text)
+    return pc.if_else(pc.is_null(column), text == "None", pc.fill_null(same, False))
 
 
 def _number(value, digits: int = 3) -> str:
@@ -590,9 +598,7 @@ def best_table(rows: list[dict], metric: str, swept: list[str] | None = None) ->
 
 def status_counts(table: pa.Table) -> dict[str, int]:
     """Number of points per status: ``STATUSES`` first (those present), then any other, by name."""
-    counts: dict[str, int] = {}
-    for status in table.column("status").to_pylist():
-        counts[str(status)] = counts.get(str(status), 0) + 1
+    counts = {str(c["values"]): c["counts"] for c in pc.value_counts(table["status"]).to_pylist()}
     order = [s for s in STATUSES if s in counts] + sorted(s for s in counts if s not in STATUSES)
     return {s: counts[s] for s in order}
 
@@ -630,7 +636,7 @@ def main(argv=None) -> int:
             + ", ".join(f"{n} {escape(s)}" for s, n in counts.items()),
             highlight=False,
         )
-        problems = [r for r in table.to_pylist() if r.get("status") != STATUS_OK]
+        problems = table.filter(pc.invert(_is_ok(table))).to_pylist()
         for row in problems[:MAX_LISTED_PROBLEMS]:
             reason = str(row.get("reason") or "") or "no reason given"
             console.print(

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from multiverse_jax.units import us_from_ps
+from multiverse_jax.report.figure import new_figure, save
+from multiverse_jax.units import NOT_YET_PS, ps_or_not_yet, us_from_ps
 from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
 
 
 def task_columns(graph: TaskGraph, start_ps: np.ndarray, finish_ps: np.ndarray) -> dict[str, np.ndarray]:
-    """One row per task (times in µs; NaN if it never ran)."""
+    """One row per task: times in float64 µs (NaN if it never ran) and exact int64 ps
+    (``start_ps``, ``finish_ps``; ``NOT_YET_PS`` = -1 if it never ran)."""
     return {
         "task": np.arange(len(graph)),
         "name": graph.name.astype(str),
@@ -30,6 +32,8 @@ def task_columns(graph: TaskGraph, start_ps: np.ndarray, finish_ps: np.ndarray) 
         "size_bytes": graph.size_bytes,
         "start_us": us_from_ps(start_ps),
         "finish_us": us_from_ps(finish_ps),
+        "start_ps": ps_or_not_yet(start_ps),
+        "finish_ps": ps_or_not_yet(finish_ps),
     }
 
 
@@ -64,10 +68,10 @@ def _minus(intervals, removed) -> float:
 
 
 def iteration_split(columns: dict[str, np.ndarray], n_gpus: int) -> dict[str, float]:
-    """Iteration time and the mean per-GPU compute / exposed comm / bubble, in µs."""
+    """Iteration time (µs, and exact ps) and the mean per-GPU compute / exposed comm / bubble, in µs."""
     finish = columns["finish_us"]
     if finish.size == 0 or np.all(np.isnan(finish)):
-        return {"iteration_time_us": float("nan")}
+        return {"iteration_time_us": float("nan"), "iteration_time_ps": NOT_YET_PS}
     iteration = float(np.nanmax(finish))
     compute_us, comm_us = np.zeros(n_gpus), np.zeros(n_gpus)
     is_compute = columns["category"] == "compute"
@@ -81,6 +85,7 @@ def iteration_split(columns: dict[str, np.ndarray], n_gpus: int) -> dict[str, fl
     compute, exposed = compute_us[used].mean(), comm_us[used].mean()
     return {
         "iteration_time_us": iteration,
+        "iteration_time_ps": int(columns["finish_ps"].max()),
         "compute_us": float(compute),
         "exposed_comm_us": float(exposed),
         "bubble_us": float(iteration - compute - exposed),
@@ -90,8 +95,6 @@ def iteration_split(columns: dict[str, np.ndarray], n_gpus: int) -> dict[str, fl
 def plot_gantt(columns: dict[str, np.ndarray], path, title: str = "", max_gpus: int = 32) -> None:
     """Gantt chart: one row per (GPU, stream) of the first ``max_gpus`` GPUs, bars coloured by category."""
     from matplotlib import colormaps
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     # Rows only for streams that hold time (zero-length joins and stream markers do not).
@@ -101,8 +104,7 @@ def plot_gantt(columns: dict[str, np.ndarray], path, title: str = "", max_gpus: 
     palette = colormaps["tab10"]
     colours = {c: palette(i % 10) for i, c in enumerate(categories)}
     rows = [(g, s) for g in gpus for s in np.unique(columns["stream"][ran & (columns["gpu"] == g)])]
-    fig = Figure(figsize=(12, max(2.5, 0.28 * len(rows) + 1.2)), dpi=110)
-    FigureCanvasAgg(fig)
+    fig = new_figure(12, max(2.5, 0.28 * len(rows) + 1.2), dpi=110)
     ax = fig.add_subplot()
     for y, (g, s) in enumerate(rows):
         sel = ran & (columns["gpu"] == g) & (columns["stream"] == s)
@@ -120,5 +122,4 @@ def plot_gantt(columns: dict[str, np.ndarray], path, title: str = "", max_gpus: 
     handles = [Rectangle((0, 0), 1, 1, color=colours[c]) for c in categories]
     if handles:
         ax.legend(handles, categories, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)

@@ -23,6 +23,7 @@ simulated time and windows per second.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import time
@@ -290,9 +291,7 @@ def launch(launcher, job_overrides, initial_job_idx: int):
 
 
 def _print_summary(console: Console, points: list[Point], table: ResultsTable) -> None:
-    counts: dict[str, int] = {}
-    for point in points:
-        counts[point.status] = counts.get(point.status, 0) + 1
+    counts = collections.Counter(point.status for point in points)
     text = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     console.print(f"sweep done: {text}; table {table.path}", highlight=False, soft_wrap=True)
     bad = [p for p in points if p.status != "ok"]

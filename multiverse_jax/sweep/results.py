@@ -122,11 +122,11 @@ class ResultsTable:
 
     def write(self) -> Path:
         """Write every row (sorted by job number) atomically."""
-        rows = sorted(self.rows.values(), key=lambda r: r["job_num"])
+        rows = list(self.rows.values())
         names = list(BOOKKEEPING) + self.config_columns + list(METRICS)
         columns = {name: _column([row.get(name) for row in rows]) for name in names}
         meta = {"config_columns": self.config_columns, "metric_columns": list(METRICS)}
-        table = pa.table(columns).replace_schema_metadata({"multiverse_jax": json.dumps(meta)})
+        table = pa.table(columns).sort_by("job_num").replace_schema_metadata({"multiverse_jax": json.dumps(meta)})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".parquet.tmp")
         pq.write_table(table, tmp)

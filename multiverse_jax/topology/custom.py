@@ -52,89 +52,85 @@ def _positive(text: str, field: str, position: int, source: str, line: int) -> f
     return value
 
 
+class _Statements:
+    """The file's ``host``, ``switch`` and ``link`` lines, in file order."""
+
+    def __init__(self, source: str, default_rate: float, default_delay: float):
+        self.source, self.default_rate, self.default_delay = source, default_rate, default_delay
+        self.hosts: list[tuple[str, int]] = []  # (name, line)
+        self.switches: list[tuple[str, int]] = []
+        self.declared: dict[str, int] = {}  # name -> line of its declaration
+        self.links: list[tuple[str, str, float, float, int]] = []  # (a, b, rate, delay, line)
+
+    def error(self, message: str, line: int) -> InputError:
+        return InputError(message, source=self.source, line=line)
+
+    def read(self, fields: list[str], line: int) -> None:
+        keyword = fields[0]
+        if keyword in ("host", "switch"):
+            self.node(keyword, fields, line)
+        elif keyword == "link":
+            self.link(fields, line)
+        else:
+            valid = f"expected one of {', '.join(_KEYWORDS)} (or '#' for a comment)"
+            raise self.error(f"unknown keyword {keyword!r}; {valid}", line)
+
+    def node(self, keyword: str, fields: list[str], line: int) -> None:
+        if len(fields) != 2:
+            usage = f"'{keyword} <name>'"
+            raise self.error(f"'{keyword}' takes exactly one name ({usage}), got {len(fields) - 1} fields", line)
+        name = fields[1]
+        if name in self.declared:
+            raise self.error(f"duplicate node name {name!r} (first declared on line {self.declared[name]})", line)
+        self.declared[name] = line
+        (self.hosts if keyword == "host" else self.switches).append((name, line))
+
+    def link(self, fields: list[str], line: int) -> None:
+        if not 3 <= len(fields) <= 5:
+            usage = "'link <a> <b> [<rate_gbps> [<delay_us>]]'"
+            raise self.error(f"'link' takes 2 to 4 fields ({usage}), got {len(fields) - 1}", line)
+        rate = _positive(fields[3], "rate_gbps", 4, self.source, line) if len(fields) > 3 else self.default_rate
+        delay = _positive(fields[4], "delay_us", 5, self.source, line) if len(fields) > 4 else self.default_delay
+        self.links.append((fields[1], fields[2], rate, delay, line))
+
+    def cables(self) -> tuple[list[str], list[tuple[int, int, float, float]], list[int]]:
+        """(node names, cables as (a, b, rate, delay) node indices, the line of each cable);
+        every link joins declared nodes and every host has exactly one link."""
+        if not self.hosts:
+            raise InputError("the topology declares no hosts; add at least one 'host <name>' line", source=self.source)
+        names = [n for n, _ in self.hosts] + [n for n, _ in self.switches]
+        index = {n: i for i, n in enumerate(names)}
+        nic_line: dict[int, int] = {}  # host index -> line of its link
+        cables, cable_lines = [], []
+        for a, b, rate, delay, line in self.links:
+            for name in (a, b):
+                if name not in index:
+                    declare = f"declare it with 'host {name}' or 'switch {name}'"
+                    raise self.error(f"link to undeclared node {name!r}; {declare}", line)
+            for i in {index[a], index[b]}:
+                if i >= len(self.hosts):
+                    continue
+                if i in nic_line:
+                    nic = f"already has a link (line {nic_line[i]}); every host needs exactly one (its NIC)"
+                    raise self.error(f"host {names[i]} {nic}", line)
+                nic_line[i] = line
+            cables.append((index[a], index[b], rate, delay))
+            cable_lines.append(line)
+        for i, (name, line) in enumerate(self.hosts):
+            if i not in nic_line:
+                raise self.error(f"host {name} has no link; every host needs exactly one (its NIC)", line)
+        return names, cables, cable_lines
+
+
 def load_custom(path: str | Path, rate_gbps: float, delay_us: float) -> Topology:
     """Read the topology file at ``path``; links without a rate/delay use the defaults."""
     source = str(path)
-    default_rate, default_delay = check_link(rate_gbps, delay_us)
-    lines = read_lines(path, "topology file (topology.path)")
-
-    hosts: list[tuple[str, int]] = []  # (name, line)
-    switches: list[tuple[str, int]] = []
-    declared: dict[str, int] = {}  # name -> line of its declaration
-    links: list[tuple[str, str, float, float, int]] = []  # (a, b, rate, delay, line)
-    for number, raw in enumerate(lines, start=1):
+    statements = _Statements(source, *check_link(rate_gbps, delay_us))
+    for number, raw in enumerate(read_lines(path, "topology file (topology.path)"), start=1):
         fields = raw.split("#", 1)[0].split()
-        if not fields:
-            continue
-        keyword = fields[0]
-        if keyword in ("host", "switch"):
-            if len(fields) != 2:
-                raise InputError(
-                    f"'{keyword}' takes exactly one name ('{keyword} <name>'), got {len(fields) - 1} fields",
-                    source=source,
-                    line=number,
-                )
-            name = fields[1]
-            if name in declared:
-                raise InputError(
-                    f"duplicate node name {name!r} (first declared on line {declared[name]})",
-                    source=source,
-                    line=number,
-                )
-            declared[name] = number
-            (hosts if keyword == "host" else switches).append((name, number))
-        elif keyword == "link":
-            if not 3 <= len(fields) <= 5:
-                raise InputError(
-                    f"'link' takes 2 to 4 fields ('link <a> <b> [<rate_gbps> [<delay_us>]]'), "
-                    f"got {len(fields) - 1}",
-                    source=source,
-                    line=number,
-                )
-            rate = _positive(fields[3], "rate_gbps", 4, source, number) if len(fields) > 3 else default_rate
-            delay = _positive(fields[4], "delay_us", 5, source, number) if len(fields) > 4 else default_delay
-            links.append((fields[1], fields[2], rate, delay, number))
-        else:
-            raise InputError(
-                f"unknown keyword {keyword!r}; expected one of {', '.join(_KEYWORDS)} (or '#' for a comment)",
-                source=source,
-                line=number,
-            )
-
-    if not hosts:
-        raise InputError("the topology declares no hosts; add at least one 'host <name>' line", source=source)
-
-    names = [n for n, _ in hosts] + [n for n, _ in switches]
-    index = {n: i for i, n in enumerate(names)}
-    n_hosts = len(hosts)
-    nic_line: dict[int, int] = {}  # host index -> line of its link
-    cables, cable_lines = [], []
-    for a, b, rate, delay, number in links:
-        for name in (a, b):
-            if name not in index:
-                raise InputError(
-                    f"link to undeclared node {name!r}; declare it with 'host {name}' or 'switch {name}'",
-                    source=source,
-                    line=number,
-                )
-        ia, ib = index[a], index[b]
-        for i in {ia, ib}:
-            if i < n_hosts:
-                if i in nic_line:
-                    raise InputError(
-                        f"host {names[i]} already has a link (line {nic_line[i]}); "
-                        f"every host needs exactly one (its NIC)",
-                        source=source,
-                        line=number,
-                    )
-                nic_line[i] = number
-        cables.append((ia, ib, rate, delay))
-        cable_lines.append(number)
-    for i, (name, number) in enumerate(hosts):
-        if i not in nic_line:
-            raise InputError(
-                f"host {name} has no link; every host needs exactly one (its NIC)", source=source, line=number
-            )
+        if fields:
+            statements.read(fields, number)
+    names, cables, cable_lines = statements.cables()
     return from_cables(
-        f"custom({Path(path).name})", names, n_hosts, cables, source=source, cable_lines=cable_lines
+        f"custom({Path(path).name})", names, len(statements.hosts), cables, source=source, cable_lines=cable_lines
     )

@@ -59,10 +59,12 @@ data-parallel (DP) groups take one rank from each block of ``m * pp`` ranks (Sim
 collectives in the MP group and weight-gradient ones in the DP group
 (``decode_involved_dimensions``: model dims for fwd/ig, data dims for wg); ``DATA``, ``MICRO``
 and ``HYBRID_DLRM`` use one DP group of all GPUs, ``MODEL`` one MP group of all GPUs.
-``m`` is ``model_parallel_NPU_group`` (transformer policies, ``HYBRID_CUSTOMIZED``) or
-``mp_group``. ``HYBRID_DATA_MODEL`` puts MP on ASTRA-sim's first network dimension and
-``HYBRID_MODEL_DATA`` puts DP there (MP groups are then strided): that dimension is taken
-to be one server (``comm_cfg.gpus_per_server``) unless ``mp_group`` is given. SimAI
+``m`` is ``workload.mp_group`` (``to_tasks(mp_group=)``) when set, else as ASTRA-sim derives
+it: the file's ``model_parallel_NPU_group`` (transformer policies, ``HYBRID_CUSTOMIZED``);
+``HYBRID_DATA_MODEL`` puts MP on ASTRA-sim's first network dimension and
+``HYBRID_MODEL_DATA`` puts DP there (MP groups are then strided, of
+``workload.gpus / workload.gpus_per_server`` ranks): that dimension is taken to be one
+server (``workload.gpus_per_server``, ``CommConfig.gpus_per_server``). SimAI
 suffixes: ``_EP`` runs in an expert-parallel group of ``ep`` ranks -- ``ep`` consecutive
 members of a DP group -- and ``_DP_EP`` in the group of DP-group members with the same
 index modulo ``ep`` (``dp / ep`` ranks). For ``pp = 1`` this is exactly
@@ -249,99 +251,99 @@ def _parse_header(tokens: list[str], path: str) -> dict:
     return fields
 
 
-def load_layers(path, *, dialect: str = "auto") -> LayerWorkload:
-    """Parse an ASTRA-sim 1.0 / SimAI / aicb layer file (see the module doc for the format)."""
-    source = os.fspath(path)
-    if dialect not in ("auto", "astra-sim", "simai"):
-        raise InputError(f"dialect must be 'auto', 'astra-sim' or 'simai', got {dialect!r}", source=source)
-    lines = read_lines(source, "workload file")
-    header = lines[0].split() if lines else []
-    if not header:
-        raise InputError(
-            f"line 1 must start with the parallelism policy ({', '.join(POLICIES)})", source=source, line=1
-        )
-    fields = _parse_header(header, source)
-    policy = fields["policy"]
+def _parse_layer(tok: list[str], n_fields: int, path: str, line: int) -> Layer:
+    """One layer line, already split into fields."""
+    if len(tok) != n_fields:
+        expected = _LAYER_FIELDS + (" policy" if n_fields == 13 else "")
+        raise InputError(f"expected {n_fields} fields ({expected}), got {len(tok)}", source=path, line=line)
+    parse_int(tok[1], "reserved field", path, line)
+    layer_policy = None
+    if n_fields == 13:
+        layer_policy = tok[12]
+        if layer_policy not in _PHASE_GROUPS or layer_policy == "HYBRID_CUSTOMIZED":
+            valid = ", ".join(p for p in POLICIES if p != "HYBRID_CUSTOMIZED")
+            raise InputError(f"unknown layer policy {layer_policy!r} (valid: {valid})", source=path, line=line)
+    cycles = [
+        parse_int(tok[k], what, path, line, minimum=0)
+        for k, what in ((2, "fwd_compute"), (5, "ig_compute"), (8, "wg_compute"), (11, "update_time"))
+    ]
+    return Layer(
+        name=tok[0],
+        line=line,
+        fwd_cycles=cycles[0],
+        fwd=_parse_comm(tok[3], tok[4], "fwd", path, line),
+        ig_cycles=cycles[1],
+        ig=_parse_comm(tok[6], tok[7], "ig", path, line),
+        wg_cycles=cycles[2],
+        wg=_parse_comm(tok[9], tok[10], "wg", path, line),
+        update_cycles=cycles[3],
+        policy=layer_policy,
+    )
 
+
+def _parse_layers(lines: list[str], policy: str, path: str) -> list[Layer]:
+    """Line 2 (the number of layers) and the layer lines after it (blank lines skipped)."""
     count_tokens = lines[1].split() if len(lines) > 1 else []
     if len(count_tokens) != 1:
         got = "nothing" if not count_tokens else repr(" ".join(count_tokens))
-        raise InputError(f"line 2 must be the number of layers (one integer), got {got}", source=source, line=2)
-    n_layers = parse_int(count_tokens[0], "number of layers", source, 2, minimum=1)
-
+        raise InputError(f"line 2 must be the number of layers (one integer), got {got}", source=path, line=2)
+    n_layers = parse_int(count_tokens[0], "number of layers", path, 2, minimum=1)
     n_fields = 13 if policy == "HYBRID_CUSTOMIZED" else 12
-    expected = _LAYER_FIELDS + (" policy" if n_fields == 13 else "")
     layers: list[Layer] = []
     for number, text in enumerate(lines[2:], start=3):
         tok = text.split()
         if not tok:
             continue
         if len(layers) == n_layers:
-            raise InputError(f"more layer lines than the {n_layers} declared on line 2", source=source, line=number)
-        if len(tok) != n_fields:
-            raise InputError(f"expected {n_fields} fields ({expected}), got {len(tok)}", source=source, line=number)
-        parse_int(tok[1], "reserved field", source, number)
-        layer_policy = None
-        if n_fields == 13:
-            layer_policy = tok[12]
-            if layer_policy not in _PHASE_GROUPS or layer_policy == "HYBRID_CUSTOMIZED":
-                valid = ", ".join(p for p in POLICIES if p != "HYBRID_CUSTOMIZED")
-                raise InputError(f"unknown layer policy {layer_policy!r} (valid: {valid})", source=source, line=number)
-        cycles = [
-            parse_int(tok[k], what, source, number, minimum=0)
-            for k, what in ((2, "fwd_compute"), (5, "ig_compute"), (8, "wg_compute"), (11, "update_time"))
-        ]
-        layers.append(
-            Layer(
-                name=tok[0],
-                line=number,
-                fwd_cycles=cycles[0],
-                fwd=_parse_comm(tok[3], tok[4], "fwd", source, number),
-                ig_cycles=cycles[1],
-                ig=_parse_comm(tok[6], tok[7], "ig", source, number),
-                wg_cycles=cycles[2],
-                wg=_parse_comm(tok[9], tok[10], "wg", source, number),
-                update_cycles=cycles[3],
-                policy=layer_policy,
-            )
-        )
+            raise InputError(f"more layer lines than the {n_layers} declared on line 2", source=path, line=number)
+        layers.append(_parse_layer(tok, n_fields, path, number))
     if len(layers) < n_layers:
         last = f" (last layer on line {layers[-1].line})" if layers else ""
-        raise InputError(
-            f"line 2 declares {n_layers} layers but the file has only {len(layers)}{last}: truncated?",
-            source=source,
-            line=2,
-        )
+        message = f"line 2 declares {n_layers} layers but the file has only {len(layers)}{last}: truncated?"
+        raise InputError(message, source=path, line=2)
+    return layers
 
+
+def _check_layer_indices(fields: dict, n_layers: int, path: str) -> None:
+    """The layer indices of the header (checkpoints, the DLRM's last bottom layer) exist and fit."""
+    error = lambda message: InputError(message, source=path, line=1)  # noqa: E731
     for key in ("checkpoints", "checkpoint_initiates"):
         for index in fields.get(key, ()):
             if index >= n_layers:
-                raise InputError(
-                    f"{key}: layer {index} does not exist (layers: 0..{n_layers - 1})", source=source, line=1
-                )
+                raise error(f"{key}: layer {index} does not exist (layers: 0..{n_layers - 1})")
     for index in fields.get("checkpoint_initiates", ()):
         if not any(c <= index for c in fields.get("checkpoints", ())):
-            raise InputError(
-                f"checkpoint_initiates: layer {index} has no checkpoint at or below it to re-run the forward pass from",
-                source=source,
-                line=1,
-            )
+            why = "has no checkpoint at or below it to re-run the forward pass from"
+            raise error(f"checkpoint_initiates: layer {index} {why}")
+    policy = fields["policy"]
     if policy in _DLRM and "dlrm_last_bottom" not in fields:
-        raise InputError(
-            f"{policy} needs the last bottom layer after it on line 1, e.g. '{policy} 4'", source=source, line=1
-        )
+        raise error(f"{policy} needs the last bottom layer after it on line 1, e.g. '{policy} 4'")
     if "dlrm_last_bottom" in fields and fields["dlrm_last_bottom"] >= n_layers - 1:
-        raise InputError(
-            f"last bottom layer {fields['dlrm_last_bottom']} leaves no top layer (layers: 0..{n_layers - 1})",
-            source=source,
-            line=1,
-        )
+        raise error(f"last bottom layer {fields['dlrm_last_bottom']} leaves no top layer (layers: 0..{n_layers - 1})")
 
+
+def _detect_dialect(fields: dict, layers: list[Layer]) -> str:
+    """"simai" when the file uses anything only SimAI / aicb write, else "astra-sim"."""
+    comms = (c for layer in layers for c in (layer.fwd, layer.ig, layer.wg))
+    simai = any(k in fields for k in _SIMAI_KEYS) or any(c.group is not None or c.kind == "broadcast" for c in comms)
+    return "simai" if simai else "astra-sim"
+
+
+def load_layers(path, *, dialect: str = "auto") -> LayerWorkload:
+    """Parse an ASTRA-sim 1.0 / SimAI / aicb layer file (see the module doc for the format)."""
+    source = os.fspath(path)
+    if dialect not in ("auto", "astra-sim", "simai"):
+        raise InputError(f"dialect must be 'auto', 'astra-sim' or 'simai', got {dialect!r}", source=source)
+    lines = read_lines(source, "workload file")
+    header = lines[0].split()
+    if not header:
+        message = f"line 1 must start with the parallelism policy ({', '.join(POLICIES)})"
+        raise InputError(message, source=source, line=1)
+    fields = _parse_header(header, source)
+    layers = _parse_layers(lines, fields["policy"], source)
+    _check_layer_indices(fields, len(layers), source)
     if dialect == "auto":
-        simai = any(k in fields for k in _SIMAI_KEYS) or any(
-            c.group is not None or c.kind == "broadcast" for layer in layers for c in (layer.fwd, layer.ig, layer.wg)
-        )
-        dialect = "simai" if simai else "astra-sim"
+        dialect = _detect_dialect(fields, layers)
     return LayerWorkload(layers=tuple(layers), dialect=dialect, source=source, **fields)
 
 
@@ -352,45 +354,64 @@ def _largest_divisor_at_most(n: int, bound: int) -> int:
     return max(d for d in range(1, min(n, bound) + 1) if n % d == 0)
 
 
+def _model_parallel(w: LayerWorkload, n: int, cfg: CommConfig, mp_group: int | None) -> tuple[int, bool, str]:
+    """(size of the contiguous blocks of ranks, whether they are the DP groups rather than the
+    MP groups, where the size comes from) -- ASTRA-sim's layout of the policy on ``n`` GPUs."""
+    err = lambda msg: InputError(msg, source=w.source, line=1)  # noqa: E731
+    policy = w.policy
+    if policy in ("DATA", "MICRO") or policy in _DLRM:
+        return 1, False, f"{policy}: no model parallelism"
+    if policy == "MODEL":
+        return n, False, "MODEL: one group of all GPUs"
+    if policy == "HYBRID_MODEL_DATA":
+        # ASTRA-sim's first network dimension carries DP here; MP spans the other dimensions.
+        if mp_group is not None:
+            if n % mp_group:
+                raise err(f"workload.gpus = {n} is not a multiple of workload.mp_group = {mp_group}")
+            return n // mp_group, True, "workload.mp_group"
+        if cfg.gpus_per_server > 1:
+            return cfg.gpus_per_server, True, "workload.gpus_per_server"
+        raise err(
+            "HYBRID_MODEL_DATA needs the size of its model-parallel groups: set workload.mp_group (a divisor of "
+            f"workload.gpus = {n}), or workload.gpus_per_server > 1 (ASTRA-sim puts data parallelism on its first "
+            "network dimension, one server, and model parallelism across servers)"
+        )
+    if mp_group is not None:
+        return mp_group, False, "workload.mp_group"
+    if w.mp_group is not None:
+        return w.mp_group, False, "model_parallel_NPU_group on line 1"
+    if policy in ("HYBRID_DATA_MODEL", "HYBRID_CUSTOMIZED"):
+        if cfg.gpus_per_server > 1:
+            return cfg.gpus_per_server, False, "workload.gpus_per_server"
+        raise err(
+            f"{policy} needs the size of its model-parallel groups: model_parallel_NPU_group: on line 1, "
+            "workload.mp_group, or workload.gpus_per_server > 1 (ASTRA-sim puts model parallelism on its first "
+            "network dimension, one server)"
+        )
+    raise err(
+        f"{policy} needs the size of its model-parallel groups: set model_parallel_NPU_group: on line 1, "
+        "or workload.mp_group"
+    )
+
+
 def _layout(w: LayerWorkload, n: int, cfg: CommConfig, mp_group: int | None) -> dict[str, list[list[int]]]:
     """The GPU groups: name ("all", "mp", "dp", "ep", "dp_ep") -> disjoint groups covering 0..n-1."""
     err = lambda msg: InputError(msg, source=w.source, line=1)  # noqa: E731
     if w.all_gpus is not None and n > w.all_gpus:
-        raise err(f"n_gpus {n} is more than the all_gpus {w.all_gpus} this workload was made for")
+        raise err(f"workload.gpus = {n} is more than the all_gpus {w.all_gpus} the file was made for")
     full = w.all_gpus is None or n == w.all_gpus
-    policy, swap = w.policy, False
-    if policy in ("DATA", "MICRO") or policy in _DLRM:
-        tp = 1
-    elif policy == "MODEL":
-        tp = n
-    elif policy == "HYBRID_MODEL_DATA":
-        # ASTRA-sim's first dimension carries DP here; MP spans the other dimensions.
-        if mp_group is not None:
-            if n % mp_group:
-                raise err(f"n_gpus {n} is not a multiple of mp_group {mp_group}")
-            tp, swap = n // mp_group, True
-        elif cfg.gpus_per_server > 1:
-            tp, swap = cfg.gpus_per_server, True
-        else:
-            raise err(
-                "HYBRID_MODEL_DATA needs the MP group size: pass mp_group=... or set comm_cfg.gpus_per_server > 1"
-            )
-    else:
-        tp = mp_group or w.mp_group
-        if tp is None and policy in ("HYBRID_DATA_MODEL", "HYBRID_CUSTOMIZED") and cfg.gpus_per_server > 1:
-            tp = cfg.gpus_per_server
-        if tp is None:
-            raise err(f"{policy} needs the MP group size: model_parallel_NPU_group on line 1, or mp_group=...")
+    tp, swap, origin = _model_parallel(w, n, cfg, mp_group)
     if tp > n or n % tp:
-        raise err(f"n_gpus {n} cannot host model-parallel groups of {tp} GPUs (n_gpus must be a multiple of {tp})")
+        groups = "data-parallel" if swap else "model-parallel"
+        raise err(f"workload.gpus = {n} cannot host {groups} groups of {tp} GPUs ({origin}): use a multiple of {tp}")
     ep_wanted = w.ep or 1
     if full:
         pp = w.pp or 1
         if n % (tp * pp):
-            raise err(f"n_gpus {n} is not a multiple of model_parallel_NPU_group x pp = {tp} x {pp}")
+            raise err(f"workload.gpus = {n} is not a multiple of the model-parallel group x pp: = {tp} x {pp}")
         dp = n // (tp * pp)
         if dp % ep_wanted:
-            raise err(f"ep {ep_wanted} does not divide the data-parallel size {dp} (= {n} / ({tp} x {pp}))")
+            raise err(f"ep: {ep_wanted} does not divide the data-parallel size {dp} (= {n} / ({tp} x {pp}))")
         ep = ep_wanted
     else:  # scaled-down slice of an all_gpus cluster: keep MP, drop pp, largest EP that fits
         pp, dp = 1, n // tp
@@ -575,17 +596,18 @@ def to_tasks(
 ) -> TaskGraph:
     """The training loop of ``workload`` on ``n_gpus`` GPUs, ``passes`` iterations.
 
-    ``cycle_ps``: picoseconds per ASTRA-sim cycle (1000 = 1 GHz). ``mp_group``: overrides the
-    model-parallel group size (see the module doc for its default per policy).
+    ``cycle_ps``: picoseconds per ASTRA-sim cycle (1000 = 1 GHz). ``mp_group``
+    (``workload.mp_group``): the model-parallel group size, over the file's
+    ``model_parallel_NPU_group`` (see the module doc for its default per policy).
     """
     if n_gpus < 1:
-        raise InputError(f"n_gpus must be >= 1, got {n_gpus}", source=workload.source)
+        raise InputError(f"workload.gpus must be >= 1, got {n_gpus}", source=workload.source)
     if passes < 1:
         raise InputError(f"passes must be >= 1, got {passes}", source=workload.source)
     if cycle_ps < 1:
         raise InputError(f"cycle_ps must be >= 1, got {cycle_ps}", source=workload.source)
     if mp_group is not None and mp_group < 1:
-        raise InputError(f"mp_group must be >= 1, got {mp_group}", source=workload.source)
+        raise InputError(f"workload.mp_group must be >= 1, got {mp_group}", source=workload.source)
     groups = _layout(workload, n_gpus, comm_cfg, mp_group)
     expander = _Expander(workload, n_gpus, comm_cfg, cycle_ps, groups)
     cur: list = [None] * n_gpus

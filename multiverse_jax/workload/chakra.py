@@ -371,7 +371,9 @@ def _rank_files(prefix_or_dir: str) -> tuple[str, list[str]]:
             )
         if len(sets) > 1:
             names = ", ".join(f"{os.path.basename(p)}.*.{e}" for p, e in sets)
-            raise InputError(f"several trace sets in this directory ({names}): pass one prefix", source=prefix_or_dir)
+            example = os.path.join(prefix_or_dir, os.path.basename(sets[0][0]))
+            message = f"several trace sets in this directory ({names}): set workload.path to one prefix, e.g. {example}"
+            raise InputError(message, source=prefix_or_dir)
         prefix, ext = sets[0]
     else:
         m = _RANK_FILE.match(prefix_or_dir)

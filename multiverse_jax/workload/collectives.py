@@ -284,9 +284,9 @@ def collective(
     if size < 0:
         raise InputError(f"collective {label!r}: size must be >= 0 bytes, got {size}", **where)
     if cfg.channels < 1:
-        raise InputError(f"collective {label!r}: channels must be >= 1, got {cfg.channels}", **where)
+        raise InputError(f"collective {label!r}: workload.channels must be >= 1, got {cfg.channels}", **where)
     if cfg.gpus_per_server < 1:
-        raise InputError(f"collective {label!r}: gpus_per_server must be >= 1, got {cfg.gpus_per_server}", **where)
+        raise InputError(f"collective {label!r}: workload.gpus_per_server must be >= 1, got {cfg.gpus_per_server}", **where)
     if isinstance(deps, Mapping):
         start = {g: [int(d) for d in deps.get(g, ())] for g in order}
     else:

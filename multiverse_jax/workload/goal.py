@@ -202,7 +202,8 @@ class _Reader:
     def inside_block(self, tokens: list[str], line: int) -> None:
         """A dependency line, or an operation with an optional label."""
         head, label = tokens[0], None
-        if _IDENT.match(head) and head not in _KEYWORDS and len(tokens) > 1 and tokens[1] in (":", "requires", "irequires"):
+        labelled = len(tokens) > 1 and tokens[1] in (":", "requires", "irequires")
+        if labelled and _IDENT.match(head) and head not in _KEYWORDS:
             if tokens[1] != ":":
                 if len(tokens) != 3 or not _IDENT.match(tokens[2]):
                     raise self.error(f"expected '<label> {tokens[1]} <label>'", line)
@@ -210,8 +211,8 @@ class _Reader:
                 return
             label, tokens = head, tokens[2:]
             if label in self.labels:
-                first = self.ops[self.labels[label]].line
-                raise self.error(f"label {label!r} defined twice in rank {self.rank}'s block (first on line {first})", line)
+                first = f"first on line {self.ops[self.labels[label]].line}"
+                raise self.error(f"label {label!r} defined twice in rank {self.rank}'s block ({first})", line)
             if not tokens:
                 raise self.error(f"label {label!r} has no operation: expected {_OPS_HELP}", line)
         op = _parse_op(tokens, self.rank, label, self.path, line)

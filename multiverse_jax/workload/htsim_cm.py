@@ -41,10 +41,10 @@ def _parse_start_ps(text: str, path: str, line: int) -> int:
         raise _error(f"start: expected a number of picoseconds, got {text!r}", path, line)
     if value < 0:
         raise _error(f"start must be >= 0 picoseconds, got {text}", path, line)
-    result = int(value.to_integral_value(rounding=decimal.ROUND_HALF_EVEN))
-    if result > INT64_MAX:
-        raise _error(f"start: {text} ps is too large", path, line)
-    return result
+    value = value.to_integral_value(rounding=decimal.ROUND_HALF_EVEN)
+    if value > INT64_MAX:  # before int(): 1e999999999 would be a huge int
+        raise _error(f"start: {text} ps does not fit in 64 bits (at most {INT64_MAX})", path, line)
+    return int(value)
 
 
 def _parse_endpoints(token: str, path: str, line: int) -> tuple[int, int]:
@@ -58,172 +58,133 @@ def _parse_endpoints(token: str, path: str, line: int) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def load_cm(path) -> FlowSet:
-    """Read an htsim connection matrix into a validated FlowSet."""
-    path = os.fspath(path)
-    source = str(path)
-    lines = read_lines(source, "connection matrix file")
+class _Reader:
+    """The lines of a connection matrix, in order: headers, then flow and trigger lines."""
 
-    headers: dict[str, tuple[int, int]] = {}  # name -> (value, line)
-    body_started_at: int | None = None
+    def __init__(self, source: str):
+        self.source = source
+        self.headers: dict[str, tuple[int, int]] = {}  # name -> (value, line)
+        self.body_line: int | None = None  # the first flow / trigger / failure line
+        self.flows: list[dict] = []  # _parse_flow's records
+        self.triggers: list[tuple[int, int, int, int]] = []  # (trigger id, kind, count, line)
+        self.trigger_lines: dict[int, int] = {}  # trigger id -> line
 
-    # Raw flow records: dicts with the parsed tokens, plus trigger records.
-    flow_records: list[dict] = []
-    trigger_records: list[tuple[int, int, int, int]] = []  # (trigger id, kind, count, line)
-    trigger_line_by_id: dict[int, int] = {}
-
-    for number, text in enumerate(lines, start=1):
-        tokens = text.split()
-        if not tokens or tokens[0].startswith("#"):
-            continue
+    def read(self, tokens: list[str], number: int) -> None:
         head = tokens[0]
-
         if head in _HEADERS:
-            if body_started_at is not None:
-                raise _error(
-                    f"header {head!r} must come before the first flow/trigger/failure line (line {body_started_at})",
-                    source,
-                    number,
-                )
-            if head in headers:
-                raise _error(f"duplicate header {head!r} (first on line {headers[head][1]})", source, number)
-            if len(tokens) != 2:
-                raise _error(f"header {head!r} takes exactly one integer value, e.g. '{head} 4'", source, number)
-            value = parse_int(tokens[1], head, source, number, minimum=1 if head == "Nodes" else 0)
-            headers[head] = (value, number)
-            continue
-
-        if body_started_at is None:
-            body_started_at = number
-            for required in ("Nodes", "Connections"):
-                if required not in headers:
-                    raise _error(
-                        f"missing header {required!r} before the first flow/trigger/failure line",
-                        source,
-                        number,
-                    )
-
-        if head == "failure" or head == "Failure":
+            self.header(tokens, number)
+            return
+        self.start_body(number)
+        if head in ("failure", "Failure"):
+            message = "link failures are not supported yet (failure lines cannot be simulated; remove them)"
+            raise _error(message, self.source, number)
+        if head == "trigger":
+            self.triggers.append(_parse_trigger(tokens, self.source, number, self.trigger_lines))
+        elif "->" in head:
+            self.flows.append(_parse_flow(tokens, self.source, number, len(self.flows) + 1))
+        else:
             raise _error(
-                "link failures are not supported yet (failure lines cannot be simulated; remove them)",
-                source,
+                f"unknown line starting with {head!r}: expected a header ({', '.join(_HEADERS)}), "
+                "a flow '<src>-><dst> ...', 'trigger id ...' or a comment '# ...'",
+                self.source,
                 number,
             )
 
-        if head == "trigger":
-            trigger_records.append(_parse_trigger(tokens, source, number, trigger_line_by_id))
-            continue
+    def header(self, tokens: list[str], number: int) -> None:
+        head = tokens[0]
+        if self.body_line is not None:
+            where = f"the first flow/trigger/failure line (line {self.body_line})"
+            raise _error(f"header {head!r} must come before {where}", self.source, number)
+        if head in self.headers:
+            raise _error(f"duplicate header {head!r} (first on line {self.headers[head][1]})", self.source, number)
+        if len(tokens) != 2:
+            raise _error(f"header {head!r} takes exactly one integer value, e.g. '{head} 4'", self.source, number)
+        value = parse_int(tokens[1], head, self.source, number, minimum=1 if head == "Nodes" else 0)
+        self.headers[head] = (value, number)
 
-        if "->" in head:
-            flow_records.append(_parse_flow(tokens, source, number, len(flow_records) + 1))
-            continue
+    def start_body(self, number: int) -> None:
+        if self.body_line is None:
+            self.body_line = number
+            self.require_headers("before the first flow/trigger/failure line", number)
 
-        raise _error(
-            f"unknown line starting with {head!r}: expected a header ({', '.join(_HEADERS)}), "
-            "a flow '<src>-><dst> ...', 'trigger id ...' or a comment '# ...'",
-            source,
-            number,
-        )
+    def require_headers(self, where: str, number: int | None) -> None:
+        for required in ("Nodes", "Connections"):
+            if required not in self.headers:
+                raise _error(f"missing header {required!r} {where}", self.source, number)
 
-    for required in ("Nodes", "Connections"):
-        if required not in headers:
-            raise _error(f"missing header {required!r}", source, None)
+    def check_counts(self) -> None:
+        """The file has as many flow and trigger lines as its headers announce, and no failures."""
+        self.require_headers("(every connection matrix starts with 'Nodes <N>' and 'Connections <M>')", None)
+        counts = (("Connections", "flow", len(self.flows)), ("Triggers", "trigger", len(self.triggers)))
+        for name, what, found in counts:
+            if name in self.headers and self.headers[name][0] != found:
+                value, line = self.headers[name]
+                raise _error(f"{name} {value} but the file has {found} {what} lines", self.source, line)
+        failures, line = self.headers.get("Failures", (0, None))
+        if failures != 0:
+            message = f"Failures {failures}: link failures are not supported yet (use 'Failures 0' or drop the header)"
+            raise _error(message, self.source, line)
 
-    n_nodes, _ = headers["Nodes"]
-    n_conn, conn_line = headers["Connections"]
-    if len(flow_records) != n_conn:
-        raise _error(f"Connections {n_conn} but the file has {len(flow_records)} flow lines", source, conn_line)
-    if "Triggers" in headers:
-        n_trig, trig_line = headers["Triggers"]
-        if len(trigger_records) != n_trig:
-            raise _error(
-                f"Triggers {n_trig} but the file has {len(trigger_records)} trigger lines", source, trig_line
-            )
-    if "Failures" in headers:
-        n_fail, fail_line = headers["Failures"]
-        if n_fail != 0:
-            raise _error(
-                f"Failures {n_fail}: link failures are not supported yet (use 'Failures 0' or drop the header)",
-                source,
-                fail_line,
-            )
 
-    trigger_index = {tid: i for i, (tid, _, _, _) in enumerate(trigger_records)}
+# FlowSet field <- _parse_flow record key, dtype
+_FLOW_COLUMNS = (
+    ("flow_id", "id", np.int64),
+    ("src", "src", np.int32),
+    ("dst", "dst", np.int32),
+    ("size_bytes", "size", np.int64),
+    ("start_ps", "start", np.int64),
+    ("prio", "prio", np.int32),
+    ("trigger", "trigger", np.int32),
+    ("send_done_trigger", "send_done_trigger", np.int32),
+    ("recv_done_trigger", "recv_done_trigger", np.int32),
+    ("line", "line", np.int32),
+)
+# Triggers field <- position in a _parse_trigger record, dtype
+_TRIGGER_COLUMNS = ((0, "trigger_id", np.int64), (1, "kind", np.int8), (2, "count", np.int32), (3, "line", np.int32))
 
-    n = len(flow_records)
-    flow_id = np.zeros(n, np.int64)
-    src = np.zeros(n, np.int32)
-    dst = np.zeros(n, np.int32)
-    size = np.zeros(n, np.int64)
-    start = np.zeros(n, np.int64)
-    prio = np.zeros(n, np.int32)
-    trig = np.full(n, NO_TRIGGER, np.int32)
-    send_done = np.full(n, NO_TRIGGER, np.int32)
-    recv_done = np.full(n, NO_TRIGGER, np.int32)
-    line = np.zeros(n, np.int32)
+
+def _resolved(records: list[dict], trigger_index: dict[int, int], n_nodes: int, source: str) -> list[dict]:
+    """The flow records checked (ids unique, hosts in range, triggers defined) and completed:
+    trigger ids become trigger indices (NO_TRIGGER when absent); a triggered flow starts at -1."""
     seen_ids: dict[int, int] = {}
-
-    for f, rec in enumerate(flow_records):
-        number = rec["line"]
-        fid = rec["id"]
+    out = []
+    for rec in records:
+        number, fid = rec["line"], rec["id"]
         if fid in seen_ids:
             raise _error(f"duplicate flow id {fid} (first on line {seen_ids[fid]})", source, number)
         seen_ids[fid] = number
         for role in ("src", "dst"):
-            host = rec[role]
-            if host >= n_nodes:
-                raise _error(
-                    f"flow {fid}: unknown host {role}={host} (Nodes {n_nodes}: valid hosts are 0..{n_nodes - 1})",
-                    source,
-                    number,
-                )
+            if rec[role] >= n_nodes:
+                valid = f"Nodes {n_nodes}: valid hosts are 0..{n_nodes - 1}"
+                raise _error(f"flow {fid}: unknown host {role}={rec[role]} ({valid})", source, number)
         if rec["src"] == rec["dst"]:
             raise _error(f"flow {fid}: src and dst are both host {rec['src']}", source, number)
-        resolved = {}
+        full = {**rec, "start": rec.get("start", -1), "prio": rec.get("prio", 0)}
         for key in ("trigger", "send_done_trigger", "recv_done_trigger"):
             tid = rec.get(key)
-            if tid is None:
-                resolved[key] = NO_TRIGGER
-                continue
-            if tid not in trigger_index:
-                raise _error(
-                    f"flow {fid}: {key} {tid} refers to a trigger with no 'trigger id {tid} ...' line",
-                    source,
-                    number,
-                )
-            resolved[key] = trigger_index[tid]
-        flow_id[f] = fid
-        src[f] = rec["src"]
-        dst[f] = rec["dst"]
-        size[f] = rec["size"]
-        start[f] = rec["start"] if "start" in rec else -1
-        prio[f] = rec.get("prio", 0)
-        trig[f] = resolved["trigger"]
-        send_done[f] = resolved["send_done_trigger"]
-        recv_done[f] = resolved["recv_done_trigger"]
-        line[f] = number
+            if tid is not None and tid not in trigger_index:
+                message = f"flow {fid}: {key} {tid} refers to a trigger with no 'trigger id {tid} ...' line"
+                raise _error(message, source, number)
+            full[key] = NO_TRIGGER if tid is None else trigger_index[tid]
+        out.append(full)
+    return out
 
-    triggers = Triggers(
-        trigger_id=np.asarray([r[0] for r in trigger_records], np.int64).reshape(-1),
-        kind=np.asarray([r[1] for r in trigger_records], np.int8).reshape(-1),
-        count=np.asarray([r[2] for r in trigger_records], np.int32).reshape(-1),
-        line=np.asarray([r[3] for r in trigger_records], np.int32).reshape(-1),
-    )
-    flows = FlowSet(
-        flow_id=flow_id,
-        src=src,
-        dst=dst,
-        size_bytes=size,
-        start_ps=start,
-        prio=prio,
-        trigger=trig,
-        send_done_trigger=send_done,
-        recv_done_trigger=recv_done,
-        triggers=triggers,
-        source=source,
-        line=line,
-        n_hosts=n_nodes,
-    )
+
+def load_cm(path) -> FlowSet:
+    """Read an htsim connection matrix into a validated FlowSet."""
+    source = str(os.fspath(path))
+    reader = _Reader(source)
+    for number, text in enumerate(read_lines(source, "connection matrix file"), start=1):
+        tokens = text.split()
+        if tokens and not tokens[0].startswith("#"):
+            reader.read(tokens, number)
+    reader.check_counts()
+    n_nodes = reader.headers["Nodes"][0]
+    trigger_index = {tid: i for i, (tid, _, _, _) in enumerate(reader.triggers)}
+    records = _resolved(reader.flows, trigger_index, n_nodes, source)
+    trigger_columns = {name: np.asarray([t[k] for t in reader.triggers], dtype) for k, name, dtype in _TRIGGER_COLUMNS}
+    flow_columns = {name: np.asarray([r[key] for r in records], dtype) for name, key, dtype in _FLOW_COLUMNS}
+    flows = FlowSet(**flow_columns, triggers=Triggers(**trigger_columns), source=source, n_hosts=n_nodes)
     check_triggers(flows)
     return flows
 
@@ -238,26 +199,17 @@ def _parse_flow(tokens: list[str], path: str, line: int, position: int) -> dict:
             i += 1
             continue
         if key not in _FLOW_KEYS_WITH_VALUE:
-            raise _error(
-                f"unknown flow token {key!r} (valid: {', '.join(_FLOW_KEYS_WITH_VALUE + _FLOW_KEYS_NO_VALUE)})",
-                path,
-                line,
-            )
+            valid = ", ".join(_FLOW_KEYS_WITH_VALUE + _FLOW_KEYS_NO_VALUE)
+            raise _error(f"unknown flow token {key!r} (valid: {valid})", path, line)
         if key in rec:
             raise _error(f"flow token {key!r} given twice", path, line)
         if i + 1 >= len(tokens):
             raise _error(f"flow token {key!r} is missing its value", path, line)
         value = tokens[i + 1]
-        if key == "id":
-            rec[key] = parse_int(value, "id", path, line, minimum=1)
-        elif key == "start":
+        if key == "start":
             rec[key] = _parse_start_ps(value, path, line)
-        elif key == "size":
-            rec[key] = parse_int(value, "size", path, line, minimum=1)
-        elif key == "prio":
-            rec[key] = parse_int(value, "prio", path, line, minimum=0)
-        else:  # trigger ids
-            rec[key] = parse_int(value, key, path, line, minimum=0)
+        else:  # id and size > 0; prio and trigger ids >= 0
+            rec[key] = parse_int(value, key, path, line, minimum=1 if key in ("id", "size") else 0)
         i += 2
 
     if "size" not in rec:
