@@ -154,7 +154,7 @@ def simulate(
 ) -> list[Result]:
     """Simulate ``experiments`` (a list of Experiment) as one batched program.
 
-    Experiments with ``sample_interval_us > 0`` also return their time series.
+    Experiments with ``sim.sample_interval_us > 0`` (the default, 5 µs) also return their time series.
 
     ``devices``: ``None`` or ``1`` runs on the default device; ``N > 1`` or ``"all"``
     shards the experiments over N local devices (``engine.run``), with the same
