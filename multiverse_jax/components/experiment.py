@@ -18,7 +18,7 @@ from multiverse_jax.components.ports import PortParams, PortState, initial_port_
 from multiverse_jax.components.samples import SampleState, initial_sample_state
 from multiverse_jax.components.static import Static
 from multiverse_jax.components.tasks import TaskParams, TaskState, initial_task_state, task_params
-from multiverse_jax.conf.schema import CcKind, LbKind
+from multiverse_jax.conf.schema import AckClass, CcKind, LbKind
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.units import NEVER, PS_PER_US, ps_from_us
 
@@ -60,6 +60,7 @@ class Params:
     payload_bytes: chex.Array  # () int32 payload of a full data packet
     header_bytes: chex.Array  # () int32 header bytes added to every data packet
     ack_bytes: chex.Array  # () int32 wire size of an ACK
+    ack_in_data_class: chex.Array  # () bool ACKs queue in their flow's data class, paused by PFC (packet.ack_class=data)
     max_time_ps: chex.Array  # () int64 the run stops with ERROR_TIME_LIMIT past this time
     cc_kind: chex.Array  # () int32 congestion control (CC_*)
     cc: CcParams  # constants of every algorithm (and of ECN marking)
@@ -102,6 +103,7 @@ def experiment_params(exp: Experiment, s: Static) -> Params:
         payload_bytes=np.int32(exp.packet.payload_bytes),
         header_bytes=np.int32(exp.packet.header_bytes),
         ack_bytes=np.int32(exp.packet.ack_bytes),
+        ack_in_data_class=np.bool_(exp.packet.ack_class == AckClass.data),
         max_time_ps=ps_from_us(exp.sim.max_time_us),
         cc_kind=np.int32(CC_CODES[exp.cc]),
         cc=cc_params(exp, exp.routing),

@@ -115,6 +115,11 @@ class Placement(enum.StrEnum):
     rail = "rail"  # GPU i of every server on rail i
 
 
+class AckClass(enum.StrEnum):
+    control = "control"  # ACKs (and CNPs) in a strict-priority class PFC never pauses (the HPCC authors' ns-3 code)
+    data = "data"  # an ACK joins the FIFO of its flow's data class at every hop and is paused with it (htsim)
+
+
 class HybridMode(enum.StrEnum):
     packet = "packet"  # every packet simulated (flow-level fast-forward modes will join it)
 
@@ -153,6 +158,7 @@ class PacketConfig:
     payload_bytes: int = 4096  # data packet = payload + header
     header_bytes: int = 64
     ack_bytes: int = 64
+    ack_class: AckClass = AckClass.control  # how ACKs queue: control (priority, never paused) | data (htsim)
 
     def __post_init__(self):
         check_number("packet.payload_bytes", self.payload_bytes, low=1, high=MAX_PAYLOAD_BYTES, integer=True)

@@ -1,10 +1,12 @@
 """PFC (802.1Qbb-style, one lossless data class): per-ingress pause and resume.
 
-A switch counts, per ingress link, the data bytes it holds that arrived over that link.
+A switch counts, per ingress link, the bytes of the paused class it holds that arrived
+over that link: data, plus ACKs when they travel in their flow's data class
+(``packet.ack_class=data``, as htsim; as control packets they are neither counted nor paused).
 At the end of every window it compares that count with the link's XOFF / XON thresholds
 (hysteresis: above XOFF -> pause, below XON -> resume, else unchanged) and sends the
 decision upstream; the frame takes the link delay to arrive, and from then on the
-upstream port starts no data packet while paused (control packets are never paused).
+upstream port starts no packet of a data class while paused (control packets never are).
 Deciding at window ends makes a pause up to one window (the smallest link delay) later
 than a per-packet check would; XOFF headroom must cover that window plus the round trip,
 which the defaults do. No packet is ever dropped.
@@ -22,7 +24,9 @@ from multiverse_jax.ops.segments import count_by
 def pfc(params: Params, state: State, window_end_ps) -> State:
     pkts, links = state.packets, state.links
     n_ports = params.static.n_ports
-    held = queued(pkts) & ~pkts.pkt_is_ack & (pkts.pkt_ingress >= 0)
+    # What PFC accounts is what it pauses: data, and ACKs where they share the data class.
+    paused_class = ~pkts.pkt_is_ack | params.ack_in_data_class
+    held = queued(pkts) & paused_class & (pkts.pkt_ingress >= 0)
     ingress_bytes = count_by(held, pkts.pkt_ingress, n_ports, pkts.pkt_bytes.astype(jnp.int64))
     before = links.pfc_paused[:, -1]
     after = jnp.where(

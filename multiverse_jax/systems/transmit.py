@@ -1,9 +1,11 @@
 """Transmit: every egress port serialises packets at line rate through the window.
 
-A port is a non-preemptive strict-priority server with 1 + C classes: control (ACKs)
-first, then the data classes by flow priority (0 highest). When it falls free, it starts
-the earliest-queued packet of the highest class that has one waiting (at a NIC: the
-packet its NIC offers for that class); PFC pauses every data class. If none has arrived,
+A port is a non-preemptive strict-priority server with 1 + C classes: control first,
+then the data classes by flow priority (0 highest). ACKs are control packets, or, with
+``packet.ack_class=data`` (htsim), packets of their flow's data class that wait in its
+FIFO with the data. When it falls free, a port starts the earliest-queued packet of the
+highest class that has one waiting (at a NIC: of a data class, the earlier of a queued
+ACK and the packet its NIC offers for that class); PFC pauses every data class. If none has arrived,
 it starts whichever arrives first. Start times are exact:
 start = max(port free, packet arrival, PFC release); the last bit reaches the far end
 ``serialisation + link delay`` later, which is past the window because every link delay
@@ -39,6 +41,7 @@ class Departures(NamedTuple):
     use_ctrl: jnp.ndarray  # bool the chosen class is control
     data_class: jnp.ndarray  # int32 the chosen data class (0 when control is chosen)
     sends: jnp.ndarray  # bool a packet starts inside the window
+    is_data: jnp.ndarray  # bool it is a data packet (not an ACK)
     creates: jnp.ndarray  # bool a NIC puts a new data packet on the wire (so it has no slot yet)
     pool_full: jnp.ndarray  # bool a NIC would create a packet but its host has no free slot
     slot: jnp.ndarray  # int32 pool slot of the packet (a NIC's new packet: the free slot it takes)
@@ -54,23 +57,27 @@ def _nic_host(params: Params):
 
 def class_heads(params: Params, pkts: PacketState, offer: nic.NicOffer, window_start_ps):
     """The candidate packet of every class queue of every port: (P, 1 + C) int64 when it
-    is (or becomes) available and (P, 1 + C) int32 its slot; class 0 is control, 1 + k
-    data priority k. At a switch, the earliest-queued packet of the class (NEVER and
-    n_slots if none); at a NIC, data class k is the packet its NIC offers (``offer``,
-    (H, C)).
+    is (or becomes) available, (P, 1 + C) int32 its slot and (P, 1 + C) bool whether it
+    is a NIC's offer (a data packet not created yet); class 0 is control, 1 + k data
+    priority k. The earliest-queued packet of the class (NEVER and n_slots if none); at a
+    NIC, in a data class k, the packet its NIC offers (``offer``, (H, C)) unless a queued
+    ACK of that class came first (only with ``packet.ack_class=data``).
     """
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     # One pass over the pool for the heads of all queues: queue (1 + C) p + k is port p's class k.
-    klass = jnp.where(pkts.pkt_is_ack, 0, 1 + params.flows.flow_priority[pkts.pkt_flow])
+    control = pkts.pkt_is_ack & ~params.ack_in_data_class
+    klass = jnp.where(control, 0, 1 + params.flows.flow_priority[pkts.pkt_flow])
     queue = n_classes * pkts.pkt_port + klass
     head_ps, head_slot = fifo_head(queued(pkts), pkts.pkt_time_ps, queue, n_classes * n_ports, window_start_ps)
     head_ps, head_slot = head_ps.reshape(n_ports, n_classes), head_slot.reshape(n_ports, n_classes)
     host, is_nic = _nic_host(params)
-    data_ps = jnp.where(is_nic[:, None], offer.ready_ps[host], head_ps[:, 1:])
-    data_slot = jnp.where(is_nic[:, None], offer.slot[host][:, None], head_slot[:, 1:])
+    is_offer = is_nic[:, None] & (offer.ready_ps[host] < head_ps[:, 1:])  # FIFO: a queued ACK first on ties
+    data_ps = jnp.where(is_offer, offer.ready_ps[host], head_ps[:, 1:])
+    data_slot = jnp.where(is_offer, offer.slot[host][:, None], head_slot[:, 1:])
     return (
         jnp.concatenate([head_ps[:, :1], data_ps], axis=1),
         jnp.concatenate([head_slot[:, :1], data_slot], axis=1),
+        jnp.concatenate([jnp.zeros_like(is_offer[:, :1]), is_offer], axis=1),
     )
 
 
@@ -96,23 +103,26 @@ def start_times(params: Params, state: State, ready_ps, window_start_ps):
     return jnp.min(class_start, axis=1), chosen
 
 
-def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, class_slot, window_end_ps) -> Departures:
-    """What each port starts: the chosen class's candidate (``class_slot`` (P, 1 + C)), if
-    it starts inside the window; its wire size and serialisation; its arrival at the far
-    end. A NIC whose host has no free slot starts nothing (``ERROR_POOL_FULL``)."""
-    host, is_nic = _nic_host(params)
+def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, heads, window_end_ps) -> Departures:
+    """What each port starts: the chosen class's candidate (``heads``: ``class_heads``'
+    slots and offer flags, (P, 1 + C) each), if it starts inside the window; its wire
+    size and serialisation; its arrival at the far end. A NIC whose host has no free slot
+    starts nothing (``ERROR_POOL_FULL``)."""
+    class_slot, class_is_offer = heads
+    host, _ = _nic_host(params)
     use_ctrl = chosen == 0
     data_class = jnp.maximum(chosen - 1, 0)
     sends = start < window_end_ps
-    creates = sends & ~use_ctrl & is_nic
+    creates = sends & jnp.take_along_axis(class_is_offer, chosen[:, None], axis=1)[:, 0]
     pool_full = creates & ~offer.has_slot[host]
     sends, creates = sends & ~pool_full, creates & ~pool_full
     slot = jnp.take_along_axis(class_slot, chosen[:, None], axis=1)[:, 0]
-    queued_wire = state.packets.pkt_bytes[jnp.minimum(slot, params.static.n_slots - 1)]
-    wire_bytes = jnp.where(creates, offer.wire_bytes[host, data_class], queued_wire)
+    queued_slot = jnp.minimum(slot, params.static.n_slots - 1)
+    is_data = creates | ~state.packets.pkt_is_ack[queued_slot]
+    wire_bytes = jnp.where(creates, offer.wire_bytes[host, data_class], state.packets.pkt_bytes[queued_slot])
     ser_ps = serialization_ps(wire_bytes, params.links.link_rate_bps)
     arrival_ps = start + ser_ps + params.links.link_delay_ps
-    return Departures(start, use_ctrl, data_class, sends, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps)
+    return Departures(start, use_ctrl, data_class, sends, is_data, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps)
 
 
 def account(params: Params, state: State, dep: Departures, queue_bytes) -> State:
@@ -147,7 +157,7 @@ def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_by
     n_slots = params.static.n_slots
     _, is_nic = _nic_host(params)
     leaving = jnp.where(dep.sends & ~dep.creates, dep.slot, n_slots)
-    at_switch = dep.sends & ~dep.use_ctrl & ~is_nic
+    at_switch = dep.sends & dep.is_data & ~is_nic
     left_behind = queue_bytes - dep.wire_bytes
     marked = at_switch & marking.ecn_mark(params, left_behind, pkts, dep.slot)
     on_wire = pkts.replace(
@@ -172,9 +182,9 @@ def serve_round(params: Params, state: State, window_end_ps) -> tuple[State, jnp
     whether any port started one."""
     window_start_ps = window_end_ps - params.window_ps
     offer = nic.offer(params, state, window_start_ps)  # (H, C)
-    ready_ps, class_slot = class_heads(params, state.packets, offer, window_start_ps)  # (P, 1 + C)
+    ready_ps, class_slot, class_is_offer = class_heads(params, state.packets, offer, window_start_ps)  # (P, 1 + C)
     start, chosen = start_times(params, state, ready_ps, window_start_ps)  # (P,)
-    dep = depart(params, state, offer, start, chosen, class_slot, window_end_ps)  # (P,) each
+    dep = depart(params, state, offer, start, chosen, (class_slot, class_is_offer), window_end_ps)  # (P,) each
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included. Between departures a queue only grows, so
     # these samples (and the one at the window end) give its exact maximum.
