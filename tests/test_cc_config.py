@@ -221,3 +221,20 @@ def test_cli_subprocess_bad_cc_param_exits_2(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     assert "hpcc.eta must be a finite number > 0 and <= 1, got 0" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_hpcc_constants_as_htsim_sets_them():
+    """htsim's HPCC (base RTT 12 us, W_AI one 9000 B MTU, initial window B x T = 150 KB) is
+    expressible: hpcc.base_rtt_us, hpcc.w_ai_bytes, hpcc.init_window_bytes reach the engine."""
+    from multiverse_jax.batch import build_batch
+
+    htsim = {"cc": "hpcc", "hpcc": {"base_rtt_us": 12.0, "w_ai_bytes": 9000, "init_window_bytes": 150_000}}
+    batch = build_batch([experiment_from_config(htsim), experiment_from_config({"cc": "hpcc", "hpcc": {"base_rtt_us": 12.0}})])
+    cc, state = batch.params.cc, batch.state.cc
+    assert int(cc.hpcc_base_rtt_ps[0]) == 12_000_000
+    assert float(cc.hpcc_w_ai_bytes[0]) == 9000.0
+    assert float(cc.hpcc_w_ai_bytes[1]) == 40e6 * 12e-6 / 8  # default: rate_ai_mbps x T
+    assert float(state.flow_window_bytes[0, 0]) == 150_000.0 == float(state.hpcc.flow_ref_window_bytes[0, 0])
+    assert float(state.flow_window_bytes[1, 0]) == 100e9 * 12e-6 / 8  # default: line rate x T, also 150 KB
+    with pytest.raises(InputError, match=r"hpcc\.w_ai_bytes must be a finite number > 0, got 0"):
+        experiment_from_config({"hpcc": {"w_ai_bytes": 0}})

@@ -191,7 +191,7 @@ def cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
         dctcp_min_window_bytes=np.float64(c.min_window_packets * exp.packet.payload_bytes),
         hpcc_eta=np.float64(h.eta),
         hpcc_max_stage=np.int32(h.max_stage),
-        hpcc_w_ai_bytes=np.float64(h.rate_ai_mbps * 1e6 * rtt_ps / 1e12 / 8),
+        hpcc_w_ai_bytes=np.float64(h.rate_ai_mbps * 1e6 * rtt_ps / 1e12 / 8 if h.w_ai_bytes is None else h.w_ai_bytes),
         hpcc_base_rtt_ps=np.int64(rtt_ps),
         hpcc_min_rate_bps=bps(h.min_rate_mbps),
         timely_alpha=np.float64(t.alpha),
@@ -212,8 +212,10 @@ def initial_cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s
     n = s.n_flows
     rate = np.ones(n)
     rate[: line_rate_bps.shape[0]] = line_rate_bps
-    bdp = rate * float(cp.hpcc_base_rtt_ps) / 1e12 / 8
-    window = {"dctcp": np.full(n, float(cp.dctcp_init_window_bytes)), "hpcc": bdp}.get(exp.cc, np.zeros(n))
+    hpcc_window = rate * float(cp.hpcc_base_rtt_ps) / 1e12 / 8  # B x T
+    if exp.hpcc.init_window_bytes is not None:
+        hpcc_window = np.full(n, float(exp.hpcc.init_window_bytes))
+    window = {"dctcp": np.full(n, float(cp.dctcp_init_window_bytes)), "hpcc": hpcc_window}.get(exp.cc, np.zeros(n))
     # The window gate starts open up to the initial window (no limit without one).
     gate_allow = np.full((n, GATE_ENTRIES), np.inf)
     gate_allow[:, 0] = window if exp.cc in ("dctcp", "hpcc") else np.inf
@@ -236,7 +238,7 @@ def initial_cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s
             flow_round_end_seq=np.zeros(n, np.int32),
             flow_started=np.zeros(n, bool),
         ),
-        hpcc=_initial_hpcc(bdp, s.int_hops),
+        hpcc=_initial_hpcc(hpcc_window, s.int_hops),
         timely=TimelyState(
             flow_prev_rtt_ps=np.zeros(n, np.int64),
             flow_rtt_diff_ps=np.zeros(n, np.float64),

@@ -254,15 +254,18 @@ class HpccConfig:
     rate_ai_mbps: float = 40.0  # W_AI = rate_ai x T (ns-3 RATE_AI for HPCC = 10 Mb/s x 100/25)
     min_rate_mbps: float = 1000.0  # lowest window = min_rate x T (ns-3 MIN_RATE)
     base_rtt_us: Optional[float] = None  # T; None: the largest unloaded RTT of the experiment's
-    #   flows (ns-3 GLOBAL_T: one T for all flows)
+    #   flows (ns-3 GLOBAL_T: one T for all flows; htsim: 12 us)
+    w_ai_bytes: Optional[float] = None  # W_AI in bytes; None: rate_ai_mbps x T (ns-3). htsim: one MTU (9000)
+    init_window_bytes: Optional[float] = None  # initial window and W_c; None: line rate x T (ns-3 and htsim)
 
     def __post_init__(self):
         check_number("hpcc.eta", self.eta, low=0, high=1, low_open=True)
         check_number("hpcc.max_stage", self.max_stage, low=0, integer=True)
         check_number("hpcc.rate_ai_mbps", self.rate_ai_mbps, low=0)
         check_number("hpcc.min_rate_mbps", self.min_rate_mbps, low=0, low_open=True)
-        if self.base_rtt_us is not None:
-            check_number("hpcc.base_rtt_us", self.base_rtt_us, low=0, low_open=True)
+        for key in ("base_rtt_us", "w_ai_bytes", "init_window_bytes"):
+            if getattr(self, key) is not None:
+                check_number(f"hpcc.{key}", getattr(self, key), low=0, low_open=True)
 
 
 @dataclass
