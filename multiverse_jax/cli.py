@@ -21,7 +21,7 @@ import multiverse_jax.conf.schema  # noqa: F401  (registers the config schema wi
 from multiverse_jax.config import experiment_from_config, load_config, resolve_config, run_options
 from multiverse_jax.errors import InputError
 from multiverse_jax.report.outputs import summary_table, write_oom_summary, write_outputs
-from multiverse_jax.simulate import simulate
+from multiverse_jax.simulate import overflow_text, simulate
 from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload.llm import OutOfMemory
 
@@ -77,6 +77,11 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
     files = write_outputs(result, output_dir, experiment, plots=plots, config=config)
     names = ", ".join(p.name for p in files.values())
     console.print(f"outputs in {Path(output_dir).resolve()}: {names}", highlight=False, soft_wrap=True)
+    if result.ok and result.summary["overflow_events"]:  # switch.overflow=report
+        s = result.summary
+        times = f"{s['overflow_events']} time{'s' if s['overflow_events'] > 1 else ''}, {s['over_buffer_us']:,.3f} µs in all"
+        warning = f"{overflow_text(s['overflow_by_port'])} ({times}); nothing was dropped (switch.overflow=report)"
+        errors.print(f"[bold yellow]warning:[/bold yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     if not result.ok:
         reason = escape(result.summary["error"] or "did not finish")
         errors.print(f"[bold red]simulation failed:[/bold red] {reason}", highlight=False, soft_wrap=True)

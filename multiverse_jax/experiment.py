@@ -26,6 +26,7 @@ from multiverse_jax.conf.schema import (
     SwitchConfig,
     TimelyConfig,
     WorkloadConfig,
+    choice,
 )
 from multiverse_jax.errors import InputError
 from multiverse_jax.topology.graph import Topology
@@ -34,14 +35,6 @@ from multiverse_jax.workload.flows import FlowSet, check_hosts
 from multiverse_jax.workload.routes import PinnedRoutes
 from multiverse_jax.workload.tasks import TaskGraph
 from multiverse_jax.workload.triggers import check_triggers, trigger_tables
-
-
-def _choice(kind, key: str, value):
-    """``value`` as a member of the Enum ``kind`` (config key ``key``)."""
-    try:
-        return kind(value)
-    except ValueError:
-        raise InputError(f"{key} must be one of {', '.join(m.value for m in kind)}, got {value!r}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +58,8 @@ class Experiment:
     ecmp: EcmpTable | None = None  # the routing of ``topology`` if already built (shared between experiments)
 
     def __post_init__(self):
-        object.__setattr__(self, "cc", _choice(CcKind, "cc", self.cc))
-        object.__setattr__(self, "lb", _choice(LbKind, "lb", self.lb))
+        object.__setattr__(self, "cc", choice(CcKind, "cc", self.cc))
+        object.__setattr__(self, "lb", choice(LbKind, "lb", self.lb))
 
     @functools.cached_property
     def routing(self) -> EcmpTable:

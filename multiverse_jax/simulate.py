@@ -11,7 +11,7 @@ import numpy as np
 from multiverse_jax import engine
 from multiverse_jax.batch import Batch, build_batch
 from multiverse_jax.experiment import Experiment
-from multiverse_jax.components.experiment import ERROR_MESSAGES, State
+from multiverse_jax.components.experiment import ERROR_BUFFER_OVERFLOW, ERROR_MESSAGES, State
 from multiverse_jax.components.static import Static
 from multiverse_jax.report.timeline import iteration_split, task_columns
 from multiverse_jax.timeseries import SampleCollector
@@ -23,7 +23,8 @@ class Result:
     """What one experiment produced."""
 
     flows: dict[str, np.ndarray]  # per-flow columns (see ``flow_columns``)
-    summary: dict  # scalars: status, error, job and simulated time (µs and ps), windows, packet hops, queues
+    summary: dict  # scalars: status, error, job and simulated time (µs and ps), windows, packet hops, queues,
+    #   buffer overflows (and ``overflow_by_port``: a list of ``overflow_records``)
     port_max_queue_bytes: np.ndarray  # (P,) largest queue of each egress port
     flow_series: dict[str, np.ndarray] | None = None  # time series per (sample, flow); None if not sampled
     tasks: dict[str, np.ndarray] | None = None  # per-task table (``report/timeline.py``); None without a task graph
@@ -34,9 +35,61 @@ class Result:
         return self.summary["status"] == "ok"
 
 
-def error_message(error_word: int) -> str:
-    """The reasons encoded in an experiment's error word, '' if none."""
-    return "; ".join(message for bit, message in ERROR_MESSAGES.items() if error_word & bit)
+def overflow_records(topology, events, max_queue_bytes, buffer_bytes, over_buffer_ps) -> list[dict]:
+    """One record per egress port whose queue grew past its buffer (arrays (P,) over the
+    topology's ports), the largest excess first: the port, its link by node names, how many
+    times it rose above the buffer, by how much at most (bytes) and for how long (in all)."""
+    names, src, dst = topology.node_names, topology.link_src, topology.link_dst
+    ports = np.flatnonzero(events > 0)
+    records = [
+        {
+            "port": int(p),
+            "link": f"{names[src[p]]}->{names[dst[p]]}",
+            "events": int(events[p]),
+            "max_excess_bytes": int(max_queue_bytes[p] - buffer_bytes[p]),
+            "over_buffer_ps": int(over_buffer_ps[p]),
+            "over_buffer_us": float(over_buffer_ps[p] / PS_PER_US),
+        }
+        for p in ports
+    ]
+    return sorted(records, key=lambda r: (-r["max_excess_bytes"], r["port"]))
+
+
+def overflow_text(records: list[dict], shown: int = 3) -> str:
+    """The ports of ``overflow_records`` in words (the first ``shown`` by name)."""
+    named = ", ".join(f"{r['link']} (port {r['port']}, up to {r['max_excess_bytes']} bytes over)" for r in records[:shown])
+    more = f" and {len(records) - shown} more" if len(records) > shown else ""
+    return f"egress queue{'s' if len(records) > 1 else ''} {named}{more} exceeded switch.buffer_bytes"
+
+
+def error_message(error_word: int, overflows: list[dict] | None = None) -> str:
+    """The reasons encoded in an experiment's error word, '' if none; a buffer overflow
+    names its ports when ``overflows`` (``overflow_records``) are given."""
+    messages = []
+    for bit, message in ERROR_MESSAGES.items():
+        if not error_word & bit:
+            continue
+        if bit == ERROR_BUFFER_OVERFLOW and overflows:
+            message = (
+                f"{overflow_text(overflows)} (switch.overflow=error; raise switch.buffer_bytes, lower "
+                "switch.pfc_xoff_bytes, or set switch.overflow=report to count overflows and go on, as htsim does)"
+            )
+        messages.append(message)
+    return "; ".join(messages)
+
+
+def overflow_summary(records: list[dict]) -> dict:
+    """The summary's overflow figures: ports, events, largest excess (bytes), time above
+    the buffer summed over ports (µs and exact ps), and the records themselves."""
+    over_ps = sum(r["over_buffer_ps"] for r in records)
+    return {
+        "overflow_ports": len(records),
+        "overflow_events": sum(r["events"] for r in records),
+        "max_excess_bytes": max((r["max_excess_bytes"] for r in records), default=0),
+        "over_buffer_us": over_ps / PS_PER_US,
+        "over_buffer_ps": over_ps,
+        "overflow_by_port": records,
+    }
 
 
 def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.ndarray]:
@@ -74,6 +127,40 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
     }
 
 
+def _summary(experiment: Experiment, columns: dict, host: dict, e: int) -> dict:
+    """Experiment ``e``'s summary scalars from its flow columns and the batch's host arrays."""
+    n_ports = experiment.topology.n_links
+    port = {name: host[name][e, :n_ports] for name in PORT_FIGURES}
+    overflows = overflow_records(
+        experiment.topology, port["overflow_events"], port["max_queue"], port["buffer"], port["over_buffer_ps"]
+    )
+    error = int(host["error"][e])
+    fct = columns["fct_us"]
+    finished = fct[~np.isnan(fct)]
+    return {
+        "status": "ok" if error == 0 and bool(host["done"][e]) else "failed",
+        "error": error_message(error, overflows),
+        "n_flows": len(experiment.flows),
+        "flows_finished": int(finished.size),
+        "job_time_us": float(np.nanmax(columns["finish_us"])) if finished.size else float("nan"),
+        "job_time_ps": int(columns["finish_ps"].max()) if finished.size else NOT_YET_PS,
+        "simulated_time_us": float(host["time_ps"][e] / PS_PER_US),
+        "simulated_time_ps": int(host["time_ps"][e]),
+        "fct_mean_us": float(finished.mean()) if finished.size else float("nan"),
+        "fct_p50_us": float(np.percentile(finished, 50)) if finished.size else float("nan"),
+        "fct_p99_us": float(np.percentile(finished, 99)) if finished.size else float("nan"),
+        "max_queue_bytes": int(port["max_queue"].max()),
+        "pfc_pauses": int(port["pauses"].sum()),
+        "bytes_on_wire": int(port["tx_bytes"].sum()),
+        "n_windows": int(host["n_windows"][e]),
+        "n_packet_hops": int(host["n_packet_hops"][e]),
+        **overflow_summary(overflows),
+    }
+
+
+PORT_FIGURES = ("max_queue", "pauses", "tx_bytes", "buffer", "overflow_events", "over_buffer_ps")  # (E, P) host arrays
+
+
 def results(
     batch: Batch, state: State, timings: dict | None = None, collector: SampleCollector | None = None
 ) -> list[Result]:
@@ -88,6 +175,9 @@ def results(
             "max_queue": state.ports.port_max_queue_bytes,
             "pauses": state.links.pfc_pause_count,
             "tx_bytes": state.ports.port_tx_bytes,
+            "buffer": batch.params.ports.port_buffer_bytes,
+            "overflow_events": state.ports.port_overflow_events,
+            "over_buffer_ps": state.ports.port_over_buffer_ps,
             "task_start": state.tasks.task_start_ps,
             "task_finish": state.tasks.task_finish_ps,
         }
@@ -95,28 +185,7 @@ def results(
     out = []
     for e, experiment in enumerate(batch.experiments):
         columns = flow_columns(experiment, state, e)
-        n_ports = experiment.topology.n_links
-        error = int(host["error"][e])
-        fct = columns["fct_us"]
-        finished = fct[~np.isnan(fct)]
-        summary = {
-            "status": "ok" if error == 0 and bool(host["done"][e]) else "failed",
-            "error": error_message(error),
-            "n_flows": len(experiment.flows),
-            "flows_finished": int(finished.size),
-            "job_time_us": float(np.nanmax(columns["finish_us"])) if finished.size else float("nan"),
-            "job_time_ps": int(columns["finish_ps"].max()) if finished.size else NOT_YET_PS,
-            "simulated_time_us": float(host["time_ps"][e] / PS_PER_US),
-            "simulated_time_ps": int(host["time_ps"][e]),
-            "fct_mean_us": float(finished.mean()) if finished.size else float("nan"),
-            "fct_p50_us": float(np.percentile(finished, 50)) if finished.size else float("nan"),
-            "fct_p99_us": float(np.percentile(finished, 99)) if finished.size else float("nan"),
-            "max_queue_bytes": int(host["max_queue"][e, :n_ports].max()),
-            "pfc_pauses": int(host["pauses"][e, :n_ports].sum()),
-            "bytes_on_wire": int(host["tx_bytes"][e, :n_ports].sum()),
-            "n_windows": int(host["n_windows"][e]),
-            "n_packet_hops": int(host["n_packet_hops"][e]),
-        }
+        summary = _summary(experiment, columns, host, e)
         if timings:
             summary.update({f"batch_{k}": v for k, v in timings.items()})
         tasks = None
@@ -133,7 +202,7 @@ def results(
             Result(
                 flows=columns,
                 summary=summary,
-                port_max_queue_bytes=host["max_queue"][e, :n_ports],
+                port_max_queue_bytes=host["max_queue"][e, : experiment.topology.n_links],
                 flow_series=flow_series,
                 port_series=port_series,
                 tasks=tasks,

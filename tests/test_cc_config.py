@@ -1,6 +1,7 @@
 """Congestion-control config: conf/config.yaml <-> the schema's cc groups <-> Experiment, and errors."""
 
 import dataclasses
+import enum
 import subprocess
 import sys
 
@@ -52,8 +53,9 @@ def test_yaml_defaults_equal_dataclass_defaults(group, cls, _):
     section = shipped()[group]
     for field in dataclasses.fields(cls):
         value = section[field.name]
-        assert value == field.default, f"{group}.{field.name}"
-        assert type(value) is type(field.default), f"{group}.{field.name}: {value!r} vs {field.default!r}"
+        default = field.default.value if isinstance(field.default, enum.Enum) else field.default  # a choice by name
+        assert value == default, f"{group}.{field.name}"
+        assert type(value) is type(default), f"{group}.{field.name}: {value!r} vs {default!r}"
 
 
 def test_cc_default_and_group_options():

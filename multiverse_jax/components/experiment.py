@@ -18,7 +18,7 @@ from multiverse_jax.components.ports import PortParams, PortState, initial_port_
 from multiverse_jax.components.samples import SampleState, initial_sample_state
 from multiverse_jax.components.static import Static
 from multiverse_jax.components.tasks import TaskParams, TaskState, initial_task_state, task_params
-from multiverse_jax.conf.schema import AckClass, CcKind, LbKind
+from multiverse_jax.conf.schema import AckClass, CcKind, LbKind, Overflow
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.units import NEVER, PS_PER_US, ps_from_us
 
@@ -29,7 +29,7 @@ ERROR_TIME_LIMIT = 1 << 2  # the clock passed sim.max_time_us before every flow 
 ERROR_STALLED = 1 << 3  # nothing left that could happen, yet some flows never finished
 ERROR_MESSAGES = {
     ERROR_POOL_FULL: "a host had more unacknowledged packets in the network than sim.packets_per_host allows; raise it",
-    ERROR_BUFFER_OVERFLOW: "an egress queue exceeded switch.buffer_bytes (lossless fabric: raise the buffer or lower switch.pfc_xoff_bytes)",
+    ERROR_BUFFER_OVERFLOW: "an egress queue exceeded switch.buffer_bytes",  # simulate.py names the ports
     ERROR_TIME_LIMIT: "simulated time passed sim.max_time_us before every flow finished",
     ERROR_STALLED: "the experiment stalled: nothing in flight and no flow can send, yet some flows never finished",
 }
@@ -62,6 +62,7 @@ class Params:
     ack_bytes: chex.Array  # () int32 wire size of an ACK
     ack_in_data_class: chex.Array  # () bool ACKs queue in their flow's data class, paused by PFC (packet.ack_class=data)
     max_time_ps: chex.Array  # () int64 the run stops with ERROR_TIME_LIMIT past this time
+    overflow_is_error: chex.Array  # () bool a queue past its buffer sets ERROR_BUFFER_OVERFLOW (switch.overflow=error)
     cc_kind: chex.Array  # () int32 congestion control (CC_*)
     cc: CcParams  # constants of every algorithm (and of ECN marking)
     lb_kind: chex.Array  # () int32 load balancing (LB_ECMP | LB_SPRAY | LB_FLOWLET)
@@ -105,6 +106,7 @@ def experiment_params(exp: Experiment, s: Static) -> Params:
         ack_bytes=np.int32(exp.packet.ack_bytes),
         ack_in_data_class=np.bool_(exp.packet.ack_class == AckClass.data),
         max_time_ps=ps_from_us(exp.sim.max_time_us),
+        overflow_is_error=np.bool_(exp.switch.overflow == Overflow.error),
         cc_kind=np.int32(CC_CODES[exp.cc]),
         cc=cc_params(exp, exp.routing),
         lb_kind=np.int32(LB_CODES[exp.lb]),

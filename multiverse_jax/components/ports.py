@@ -14,11 +14,12 @@ import numpy as np
 from multiverse_jax.components.padding import pad
 from multiverse_jax.components.static import Static
 from multiverse_jax.experiment import Experiment
+from multiverse_jax.units import NEVER
 
 
 @struct.dataclass
 class PortParams:
-    port_buffer_bytes: chex.Array  # (P,) int64 egress buffer; exceeding it is an error, never a drop
+    port_buffer_bytes: chex.Array  # (P,) int64 egress buffer; a queue past it is counted (or an error), never dropped
     port_host: chex.Array  # (P,) int32 host whose NIC this port is, or -1 for a switch port
 
 
@@ -27,6 +28,12 @@ class PortState:
     port_free_ps: chex.Array  # (P,) int64 when the port finishes its current transmission
     port_max_queue_bytes: chex.Array  # (P,) int64 largest queue seen (bytes, both classes)
     port_tx_bytes: chex.Array  # (P,) int64 wire bytes sent (for utilisation)
+    # Overflow of a lossless queue past port_buffer_bytes (switch.overflow), watched at the
+    # instants the port's queue is sampled: each departure start and each window end.
+    port_overflow_events: chex.Array  # (P,) int32 times the queue went from within the buffer to above it
+    port_over_buffer_ps: chex.Array  # (P,) int64 time spent above the buffer, up to port_over_since_ps
+    port_over_since_ps: chex.Array  # (P,) int64 while above the buffer: the last sample, up to which
+    #   port_over_buffer_ps is counted; NEVER while the queue is within the buffer
 
 
 UNLIMITED_BYTES = 1 << 62  # NIC egress queues hold only ACKs and are never the bottleneck
@@ -44,9 +51,12 @@ def port_params(exp: Experiment, s: Static) -> PortParams:
 
 
 def initial_port_state(s: Static) -> PortState:
-    """Idle ports: free from time 0, nothing sent."""
+    """Idle ports: free from time 0, nothing sent, never above their buffer."""
     return PortState(
         port_free_ps=np.zeros(s.n_ports, np.int64),
         port_max_queue_bytes=np.zeros(s.n_ports, np.int64),
         port_tx_bytes=np.zeros(s.n_ports, np.int64),
+        port_overflow_events=np.zeros(s.n_ports, np.int32),
+        port_over_buffer_ps=np.zeros(s.n_ports, np.int64),
+        port_over_since_ps=np.full(s.n_ports, NEVER, np.int64),
     )

@@ -68,6 +68,15 @@ def check_not_above(low_key: str, low, high_key: str, high) -> None:
 # --- Choices -------------------------------------------------------------------------------
 
 
+def choice(kind: type[enum.Enum], key: str, value):
+    """``value`` as a member of the Enum ``kind`` (config key ``key``); an InputError naming
+    the key and the valid values otherwise (the Python API's strings: OmegaConf checks the CLI's)."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise InputError(f"{key} must be one of {', '.join(m.value for m in kind)}, got {value!r}") from None
+
+
 class TopologyKind(enum.StrEnum):
     fattree = "fattree"  # k-ary fat-tree (htsim's numbering)
     leafspine = "leafspine"  # two-tier Clos
@@ -120,6 +129,13 @@ class AckClass(enum.StrEnum):
     data = "data"  # an ACK joins the FIFO of its flow's data class at every hop and is paused with it (htsim)
 
 
+class Overflow(enum.StrEnum):
+    """What a lossless egress queue that grows past switch.buffer_bytes does (it never drops)."""
+
+    report = "report"  # go on; count the port's overflows in the results (htsim's behaviour)
+    error = "error"  # stop the experiment with an error naming the port
+
+
 class HybridMode(enum.StrEnum):
     packet = "packet"  # every packet simulated (flow-level fast-forward modes will join it)
 
@@ -170,7 +186,12 @@ class PacketConfig:
 class SwitchConfig:
     """switch.*: buffers, PFC, ECN marking and flowlets of every switch port."""
 
-    buffer_bytes: int = 2_000_000  # per egress port; exceeding it is an error, never a drop
+    buffer_bytes: int = 2_000_000  # per egress port; a queue past it is never dropped (see overflow)
+    # A lossless queue fed by several ingresses can outgrow the buffer (PFC holds each
+    # ingress near XOFF + headroom, not their sum). error: stop there, because a real
+    # switch would have dropped; report: count it and go on, as htsim does ("LOSSLESS not
+    # working"). A per-experiment value: one batch can mix both.
+    overflow: Overflow = Overflow.error
     pfc_xoff_bytes: int = 200_000  # per ingress: pause the upstream port above this
     pfc_xon_bytes: int = 100_000  # per ingress: resume it below this
     flowlet_gap_us: float = 50.0  # lb=flowlet: a flow idle this long starts a new flowlet (new path)
@@ -184,6 +205,7 @@ class SwitchConfig:
 
     def __post_init__(self):
         check_number("switch.buffer_bytes", self.buffer_bytes, low=1, integer=True)
+        self.overflow = choice(Overflow, "switch.overflow", self.overflow)
         check_number("switch.pfc_xoff_bytes", self.pfc_xoff_bytes, low=1, integer=True)
         check_number("switch.pfc_xon_bytes", self.pfc_xon_bytes, low=0, integer=True)
         check_not_above("switch.pfc_xon_bytes", self.pfc_xon_bytes, "switch.pfc_xoff_bytes", self.pfc_xoff_bytes)

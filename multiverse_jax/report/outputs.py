@@ -2,7 +2,8 @@
 
 ``write_outputs`` writes into ``run_dir``:
 
-* ``summary.json``: the result's summary scalars (NaN written as null), the topology's
+* ``summary.json``: the result's summary scalars (NaN written as null; ``overflow_by_port``,
+  a list with one record per port whose queue grew past its buffer), the topology's
   name and, if given, the resolved config under ``config``; times in µs (``job_time_us``,
   ``simulated_time_us``, ``iteration_time_us``) and, exact, in integer ps
   (``job_time_ps``, ``simulated_time_ps``, ``iteration_time_ps``; -1 where there is none);
@@ -270,6 +271,15 @@ def _table(series: dict, columns) -> pa.Table:
     return pa.table({name: np.asarray(series[name]) for name in names})
 
 
+# Rows of the summary table shown when a queue grew past its buffer (switch.overflow).
+OVERFLOW_METRICS = (
+    ("ports over buffer", lambda s: f"{s.get('overflow_ports', 0):,}"),
+    ("  overflow events", lambda s: f"{s.get('overflow_events', 0):,}"),
+    ("  max excess (bytes)", lambda s: f"{s.get('max_excess_bytes', 0):,}"),
+    ("  time over buffer (µs, all ports)", lambda s: f"{s.get('over_buffer_us', 0.0):,.3f}"),
+)
+
+
 def summary_table(results, names=None, title: str = "multiverse-jax results") -> Table:
     """One row per metric, one column per result (so that a single run reads as a list)."""
 
@@ -288,6 +298,9 @@ def summary_table(results, names=None, title: str = "multiverse-jax results") ->
         ("bytes on wire", lambda s: f"{s['bytes_on_wire']:,}"),
         ("wall time (s)", lambda s: f"{s['batch_wall_s']:.2f}" if "batch_wall_s" in s else "-"),
     )
+    if any(r.summary.get("overflow_events", 0) for r in results):  # next to the largest queue
+        at = [label for label, _ in metrics].index("max queue (bytes)") + 1
+        metrics = metrics[:at] + OVERFLOW_METRICS + metrics[at:]
     if any("iteration_time_us" in r.summary for r in results):
         metrics = (
             metrics[:1]

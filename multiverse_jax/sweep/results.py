@@ -32,7 +32,8 @@ BOOKKEEPING = ("job_num", "job_dir", "overrides", "point_key", "status", "reason
 METRICS = (
     "job_time_us", "fct_mean_us", "fct_p50_us", "fct_p99_us", "max_queue_bytes", "pfc_pauses",
     "simulated_time_us", "n_flows", "flows_finished", "skip_share", "iteration_time_us", "compute_us",
-    "exposed_comm_us", "bubble_us", "wall_s",
+    "exposed_comm_us", "bubble_us", "overflow_ports", "overflow_events", "max_excess_bytes", "over_buffer_us",
+    "wall_s",
 )
 FINISHED = ("ok", "failed", "oom", "invalid")  # statuses a resumed sweep does not redo
 

@@ -16,7 +16,7 @@ window.
 A round is a chain of phases, arrays over ports P, classes 1 + C and hosts H:
 ``class_heads`` (the candidate of each class queue) -> ``start_times`` (PFC and strict
 priority) -> ``depart`` (what each port starts, its wire size and times) -> ``account``
-(port counters, queue maxima, errors) -> ``leave`` (the packet goes on the wire, ECN
+(port counters, queue maxima and overflows, errors) -> ``leave`` (the packet goes on the wire, ECN
 mark and telemetry at switches) -> ``nic_emit`` (NICs create their new data packets).
 """
 
@@ -32,6 +32,7 @@ from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops import marking, nic, pfc
 from multiverse_jax.ops.packets import port_queue_bytes, queued, serialization_ps
 from multiverse_jax.ops.segments import fifo_head
+from multiverse_jax.units import NEVER
 
 
 class Departures(NamedTuple):
@@ -125,21 +126,51 @@ def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, hea
     return Departures(start, use_ctrl, data_class, sends, is_data, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps)
 
 
-def account(params: Params, state: State, dep: Departures, queue_bytes) -> State:
-    """Port counters (P,): free time, bytes sent, largest queue (``queue_bytes``, the queue
-    just before each departure); the error bits; the packet-hop count."""
+def watch_queues(params: Params, state: State, sampled, at_ps, queue_bytes, leaving_bytes) -> State:
+    """Each port's queue at an instant the engine samples it (``sampled`` (P,) bool, at
+    ``at_ps``: a departure start or the window end): ``queue_bytes`` (P,) just before it,
+    ``leaving_bytes`` (P,) what that instant's departure takes out (0 at the window end).
+    Updates the largest queue and the overflow counters, and sets ``ERROR_BUFFER_OVERFLOW`` where ``switch.overflow=error``.
+
+    Between two samples a queue only grows (arrivals; it shrinks only at departure starts),
+    so the samples give its exact maximum, the exact number of times it rose above the
+    buffer, and the exact end of each such period (the departure that takes it back within
+    the buffer). The period is counted from the first sample that sees it, the port's
+    next departure start or the window end after the arrival that crossed the buffer: at
+    most one packet's serialisation later on a port that is sending, one window on a port
+    PFC holds. So the time above the buffer is a lower bound, short by at most that much
+    per event, and exact when the crossing arrival coincides with a departure start.
+    """
     ports = state.ports
-    overflow = dep.sends & (queue_bytes > params.ports.port_buffer_bytes)
-    largest = jnp.where(dep.sends, jnp.maximum(ports.port_max_queue_bytes, queue_bytes), ports.port_max_queue_bytes)
+    buffer_bytes = params.ports.port_buffer_bytes
+    was_over = ports.port_over_since_ps != NEVER
+    over = sampled & (queue_bytes > buffer_bytes)
+    since_ps = jnp.where(queue_bytes - leaving_bytes > buffer_bytes, at_ps, NEVER)
+    return state.replace(
+        ports=ports.replace(
+            port_max_queue_bytes=jnp.where(
+                sampled, jnp.maximum(ports.port_max_queue_bytes, queue_bytes), ports.port_max_queue_bytes
+            ),
+            port_overflow_events=ports.port_overflow_events + (over & ~was_over).astype(jnp.int32),
+            port_over_buffer_ps=ports.port_over_buffer_ps
+            + jnp.where(sampled & was_over, at_ps - ports.port_over_since_ps, 0),
+            port_over_since_ps=jnp.where(sampled, since_ps, ports.port_over_since_ps),
+        ),
+        error=state.error | jnp.where(params.overflow_is_error & jnp.any(over), ERROR_BUFFER_OVERFLOW, 0),
+    )
+
+
+def account(params: Params, state: State, dep: Departures, queue_bytes) -> State:
+    """Port counters (P,): free time, bytes sent, the queue watch (``queue_bytes``, the
+    queue just before each departure); the pool error bit; the packet-hop count."""
+    state = watch_queues(params, state, dep.sends, dep.start, queue_bytes, dep.wire_bytes)
+    ports = state.ports
     return state.replace(
         ports=ports.replace(
             port_free_ps=jnp.where(dep.sends, dep.start + dep.ser_ps, ports.port_free_ps),
-            port_max_queue_bytes=largest,
             port_tx_bytes=ports.port_tx_bytes + jnp.where(dep.sends, dep.wire_bytes, 0),
         ),
-        error=state.error
-        | jnp.where(jnp.any(dep.pool_full), ERROR_POOL_FULL, 0)
-        | jnp.where(jnp.any(overflow), ERROR_BUFFER_OVERFLOW, 0),
+        error=state.error | jnp.where(jnp.any(dep.pool_full), ERROR_POOL_FULL, 0),
         n_packet_hops=state.n_packet_hops + jnp.sum(dep.sends),
     )
 
@@ -186,8 +217,7 @@ def serve_round(params: Params, state: State, window_end_ps) -> tuple[State, jnp
     start, chosen = start_times(params, state, ready_ps, window_start_ps)  # (P,)
     dep = depart(params, state, offer, start, chosen, (class_slot, class_is_offer), window_end_ps)  # (P,) each
     # Queue just before each departure: everything queued at the port that has arrived by
-    # then, the departing packet included. Between departures a queue only grows, so
-    # these samples (and the one at the window end) give its exact maximum.
+    # then, the departing packet included (see watch_queues).
     queue_bytes = port_queue_bytes(params, state.packets, dep.start)  # (P,)
     state = account(params, state, dep, queue_bytes)
     state = state.replace(packets=leave(params, state.packets, dep, queue_bytes, state.ports.port_tx_bytes))
@@ -200,11 +230,6 @@ def transmit(params: Params, state: State, window_end_ps) -> State:
         lambda carry: serve_round(params, carry[0], window_end_ps),
         (state, jnp.bool_(True)),
     )
-    # The queue at the window's end closes the exact maximum (see serve_round).
-    ports = state.ports
-    queue_bytes = port_queue_bytes(params, state.packets)
-    overflow = jnp.any(queue_bytes > params.ports.port_buffer_bytes)
-    return state.replace(
-        ports=ports.replace(port_max_queue_bytes=jnp.maximum(ports.port_max_queue_bytes, queue_bytes)),
-        error=state.error | jnp.where(overflow, ERROR_BUFFER_OVERFLOW, 0),
-    )
+    # The queue at the window's end closes the exact maximum (see watch_queues).
+    everywhere = jnp.ones(params.static.n_ports, bool)
+    return watch_queues(params, state, everywhere, window_end_ps, port_queue_bytes(params, state.packets), 0)
