@@ -17,6 +17,7 @@ import numpy as np
 
 from multiverse_jax.components.experiment import Params, State, experiment_params, initial_state
 from multiverse_jax.components.static import Static
+from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 
@@ -53,9 +54,10 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         pinned = e.routes.max_links - 1 if e.routes is not None else 0
         return max(hops, pinned)
 
-    history = biggest(
-        lambda e: math.ceil(int(e.topology.link_delay_ps.max()) / int(e.topology.link_delay_ps.min())) + 2
-    )
+    # PFC decisions still travelling cover the longest link delay: that many windows and two
+    # more, each window appending PFC_ENTRIES_PER_WINDOW entries per link.
+    windows = biggest(lambda e: math.ceil(int(e.topology.link_delay_ps.max()) / int(e.topology.link_delay_ps.min())) + 2)
+    history = PFC_ENTRIES_PER_WINDOW * windows
     return Static(
         n_nodes=biggest(lambda e: e.topology.n_nodes),
         n_hosts=biggest(lambda e: e.topology.n_hosts),

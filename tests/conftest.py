@@ -21,7 +21,7 @@ SMALL = Static(
     route_width=4,
     pinned_len=8,
     slots_per_host=128,
-    pfc_history=8,
+    pfc_history=16,
     n_samples=64,  # time series on (the schema's sim.sample_interval_us), 64 windows per call
 )
 

@@ -27,11 +27,16 @@ ERROR_POOL_FULL = 1 << 0  # a host had more unacknowledged packets than sim.pack
 ERROR_BUFFER_OVERFLOW = 1 << 1  # an egress queue exceeded switch.buffer_bytes
 ERROR_TIME_LIMIT = 1 << 2  # the clock passed sim.max_time_us before every flow finished
 ERROR_STALLED = 1 << 3  # nothing left that could happen, yet some flows never finished
+ERROR_PFC_TOGGLES = 1 << 4  # PFC paused and resumed one link more than twice within one window
 ERROR_MESSAGES = {
     ERROR_POOL_FULL: "a host had more unacknowledged packets in the network than sim.packets_per_host allows; raise it",
     ERROR_BUFFER_OVERFLOW: "an egress queue exceeded switch.buffer_bytes",  # simulate.py names the ports
     ERROR_TIME_LIMIT: "simulated time passed sim.max_time_us before every flow finished",
     ERROR_STALLED: "the experiment stalled: nothing in flight and no flow can send, yet some flows never finished",
+    ERROR_PFC_TOGGLES: (
+        "PFC paused and resumed a link more than twice within one lookahead window; widen the gap between "
+        "switch.pfc_xoff_bytes and switch.pfc_xon_bytes (at least one link delay of traffic at line rate)"
+    ),
 }
 
 # Congestion control (a per-experiment value; ``cc/`` holds the algorithms).

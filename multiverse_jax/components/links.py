@@ -22,14 +22,20 @@ class LinkParams:
     link_pfc_xon_bytes: chex.Array  # (P,) int64 ingress bytes below which it resumes the link
 
 
+# PFC history entries each window appends per link: its first two pause/resume decisions,
+# at their exact instants (entries with nothing to say repeat the state at the window end).
+PFC_ENTRIES_PER_WINDOW = 2
+
+
 @struct.dataclass
 class LinkState:
     """PFC as seen by the link's sender.
 
-    At the end of every window the far switch decides, from the data bytes it holds that
-    arrived over this link, whether the link is paused; the frame carrying that decision
-    reaches the sender one link delay later. The last L decisions are kept (oldest first),
-    enough to cover every decision still travelling on the wire.
+    The far switch pauses the link at the instant an arrival over it takes the bytes it
+    holds from it above XOFF, and resumes it at the instant a departure takes them below
+    XON (``systems/pfc.py``); the frame carrying that decision reaches the sender one link
+    delay later. The last L decisions are kept (oldest first), enough to cover every
+    decision still travelling on the wire.
     """
 
     pfc_decided_ps: chex.Array  # (P, L) int64 when the far switch took decision l (-1: never)

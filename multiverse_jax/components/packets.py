@@ -30,6 +30,7 @@ class PacketState:
     pkt_in_flight: chex.Array  # (S_total,) bool on the wire (True) or queued (False)
     pkt_time_ps: chex.Array  # (S_total,) int64 arrival at the far end (in flight) or at the port (queued)
     pkt_ingress: chex.Array  # (S_total,) int32 link it arrived over at its current switch (-1 at a host)
+    pkt_ingress_ps: chex.Array  # (S_total,) int64 when it arrived over pkt_ingress (its last bit; PFC accounting)
     pkt_hop: chex.Array  # (S_total,) int32 index of pkt_port along the packet's path (0 = first link)
     pkt_path_salt: chex.Array  # (S_total,) uint32 mixed into the ECMP hash: 0 (per flow), the
     #   packet's own (spraying) or its flowlet's; its ACK keeps it
@@ -57,6 +58,7 @@ def initial_packet_state(s: Static) -> PacketState:
         pkt_in_flight=np.zeros(n_slots, bool),
         pkt_time_ps=np.zeros(n_slots, np.int64),
         pkt_ingress=np.full(n_slots, -1, np.int32),
+        pkt_ingress_ps=np.zeros(n_slots, np.int64),
         pkt_hop=np.zeros(n_slots, np.int32),
         pkt_path_salt=np.zeros(n_slots, np.uint32),
         pkt_ecn=np.zeros(n_slots, bool),

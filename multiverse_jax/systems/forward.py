@@ -46,6 +46,7 @@ def set_forward_plan(params: Params, state: State, window_end_ps) -> State:
     packets = pkts.replace(
         pkt_in_flight=jnp.where(at_switch, False, pkts.pkt_in_flight),
         pkt_ingress=jnp.where(at_switch, pkts.pkt_port, pkts.pkt_ingress),
+        pkt_ingress_ps=jnp.where(at_switch, pkts.pkt_time_ps, pkts.pkt_ingress_ps),
         pkt_port=jnp.where(at_switch, egress, pkts.pkt_port),
         pkt_hop=jnp.where(at_switch, pkts.pkt_hop + 1, pkts.pkt_hop),
     )

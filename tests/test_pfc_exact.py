@@ -1,0 +1,72 @@
+"""Exact PFC: the pause is decided at the instant of the arrival that takes an ingress above
+XOFF, and reaches the upstream port exactly one link delay later, whatever the window."""
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import SMALL, chain
+from multiverse_jax import engine
+from multiverse_jax.batch import build_batch
+from multiverse_jax.conf.schema import SimConfig, SwitchConfig
+from multiverse_jax.experiment import Experiment
+from multiverse_jax.ops.pfc import release_ps
+from multiverse_jax.workload.flows import make_flows
+
+WIRE = 4096 + 64  # a full data packet on the wire
+XOFF, XON = 20_000, 10_000
+N_PACKETS = 40
+
+
+def crossing_ps(fast_gbps: int, slow_gbps: int, delay_ps: int) -> int:
+    """The instant the switch's ingress from h0 first holds more than XOFF (a plain-Python
+    reference): h0 sends back to back at the fast rate, the switch forwards at the slow
+    rate; a packet counts from its arrival (last bit) until it starts leaving; on ties the
+    departure comes first."""
+    t_fast = WIRE * 8 * 10**12 // (fast_gbps * 10**9)
+    t_slow = WIRE * 8 * 10**12 // (slow_gbps * 10**9)
+    arrivals = [(i + 1) * t_fast + delay_ps for i in range(N_PACKETS)]
+    starts = []
+    for a in arrivals:
+        starts.append(max(a, starts[-1] + t_slow) if starts else a)
+    events = sorted([(s, 0, -WIRE) for s in starts] + [(a, 1, WIRE) for a in arrivals])
+    held = 0
+    for time, _, change in events:
+        held += change
+        if held > XOFF:
+            return time
+    raise AssertionError("the reference never crosses XOFF")
+
+
+def step_until_paused(exp):
+    """Windows of the one experiment until h0's uplink has a pause decision: the params
+    and state then (unbatched)."""
+    batch = build_batch([exp], static=SMALL, slots_per_host=SMALL.slots_per_host)
+    params, state = jax.tree.map(lambda x: x[0], (batch.params, batch.state))
+    step = jax.jit(engine.step)
+    for _ in range(400):
+        state = step(params, state)
+        if bool(np.any(np.asarray(state.links.pfc_paused[0]))):
+            return params, state
+    raise AssertionError("no pause within 400 windows")
+
+
+@pytest.mark.parametrize("delay_us", [0.4, 1.0, 2.5])  # the window is the link delay
+def test_pause_reaches_upstream_one_delay_after_the_crossing(delay_us):
+    delay_ps = round(delay_us * 1_000_000)
+    topo = chain([100, 10], [delay_us, delay_us])  # h0 -> s0 at 100 Gb/s, s0 -> h1 at 10 Gb/s
+    flows = make_flows([0], [1], [N_PACKETS * 4096], [0])
+    exp = Experiment(topo, flows, switch=SwitchConfig(pfc_xoff_bytes=XOFF, pfc_xon_bytes=XON), sim=SimConfig(sample_interval_us=0))
+    params, state = step_until_paused(exp)
+    expected = crossing_ps(100, 10, delay_ps)
+    uplink = 0  # h0's NIC port: the link into s0 whose ingress crosses XOFF
+    history = np.asarray(state.links.pfc_decided_ps[uplink])
+    paused = np.asarray(state.links.pfc_paused[uplink])
+    assert history[np.argmax(paused)] == expected  # the first pause: decided at the crossing arrival
+    # The upstream port may still start a data packet until the frame arrives, one link
+    # delay later, and not from then on (the resume is decided later, if at all).
+    earliest = np.full(params.links.link_delay_ps.shape, expected + delay_ps - 1, np.int64)
+    just_before = release_ps(params, state, earliest)
+    at_arrival = release_ps(params, state, earliest + 1)
+    assert int(just_before[uplink]) == expected + delay_ps - 1
+    assert int(at_arrival[uplink]) > expected + delay_ps
