@@ -28,6 +28,14 @@ GIB = 1 << 30
 MIB = 1 << 20
 
 
+def size_label(size_bytes: int) -> str:
+    """``size_bytes`` in the largest unit that divides it: 8 MiB, 200 MB, 100 KB."""
+    for unit, name in ((GIB, "GiB"), (MIB, "MiB"), (10**9, "GB"), (10**6, "MB"), (10**3, "KB")):
+        if size_bytes % unit == 0:
+            return f"{size_bytes // unit}{name}"
+    return f"{size_bytes}B"
+
+
 def whole_packets(size_bytes: float, mtu_bytes: int = MTU_BYTES) -> int:
     """``size_bytes`` rounded up to whole packets of ``mtu_bytes`` (htsim sends no partial packet)."""
     return max(1, math.ceil(size_bytes / mtu_bytes)) * mtu_bytes
@@ -87,20 +95,20 @@ def incast(seed: int, n_hosts: int, senders: int, size_bytes: int) -> Scenario:
     others = np.array([h for h in range(n_hosts) if h != receiver])
     chosen = sorted(int(h) for h in rng.choice(others, senders, replace=False))
     flows = tuple(CmFlow(h, receiver, whole_packets(size_bytes)) for h in chosen)
-    return Scenario(f"incast{senders}-s{seed}", n_hosts, flows)
+    return Scenario(f"incast{senders}x{size_label(size_bytes)}-s{seed}", n_hosts, flows)
 
 
 def permutation(seed: int, n_hosts: int, size_bytes: int) -> Scenario:
     """Every host sends ``size_bytes`` to another: a random derangement (``config.derangement``)."""
     dst = derangement(n_hosts, seed)
     flows = tuple(CmFlow(h, int(dst[h]), whole_packets(size_bytes)) for h in range(n_hosts))
-    return Scenario(f"permutation-s{seed}", n_hosts, flows)
+    return Scenario(f"perm{size_label(size_bytes)}-s{seed}", n_hosts, flows)
 
 
 def all_to_all(n_hosts: int, size_bytes: int) -> Scenario:
     """Every host sends ``size_bytes`` to every other host, all at once."""
     flows = tuple(CmFlow(a, b, whole_packets(size_bytes)) for a in range(n_hosts) for b in range(n_hosts) if a != b)
-    return Scenario("all-to-all", n_hosts, flows)
+    return Scenario(f"all-to-all{size_label(size_bytes)}", n_hosts, flows)
 
 
 def ring_allreduce(name: str, n_hosts: int, ring: Sequence[int], total_bytes: int) -> Scenario:
@@ -122,7 +130,7 @@ def ring_allreduce(name: str, n_hosts: int, ring: Sequence[int], total_bytes: in
 def random_ring(seed: int, n_hosts: int, ring_size: int, total_bytes: int) -> Scenario:
     """A ring all-reduce over ``ring_size`` random hosts in random order."""
     ring = [int(h) for h in np.random.default_rng(seed).permutation(n_hosts)[:ring_size]]
-    return ring_allreduce(f"ring{ring_size}-s{seed}", n_hosts, ring, total_bytes)
+    return ring_allreduce(f"ring{ring_size}-{size_label(total_bytes)}-s{seed}", n_hosts, ring, total_bytes)
 
 
 def uncongested(n_hosts: int, size_bytes: int) -> Scenario:
@@ -159,7 +167,7 @@ def elephant_suite(n_hosts: int = 16) -> list[Scenario]:
     return [
         ring_allreduce("ring16-1GiB", n_hosts, list(range(n_hosts)), GIB),
         combine(
-            "2xring8-256MiB",
+            "2x-ring8-256MiB",
             [
                 ring_allreduce("a", n_hosts, list(range(half)), 256 * MIB),
                 ring_allreduce("b", n_hosts, list(range(half, n_hosts)), 256 * MIB),
