@@ -25,7 +25,8 @@ from multiverse_jax.workload.routes import load_routes
 
 QUEUE = "queue lossless output(100000Mb/s,900000bytes)"
 # What the patched htsim_roce printed for flow 1 (h0 -> h15) of the uncongested scenario,
-# with the lines around it that the parser must skip (an HPCC CWND line among them).
+# with the lines around it that the parser must skip (an HPCC CWND line among them) and
+# htsim's clock ticks ('.' and '|', every 50 ms of simulated time) before a line.
 CANNED = f"""Nodes: 16 Connections: 5 Triggers: 0 Failures: 0
 startflow Roce_0_15_1 at 0
 Starting simulation
@@ -43,9 +44,9 @@ nexthop 1 0 {QUEUE}US0->LS_0(0)
 nexthop 1 0 {QUEUE}LS0->DST0(0)
 nexthop 1 0 {QUEUE}LS0->DST0(0)
 CWND2 258000 ACKNO 108000 at 28.7085 src HPCCsrc 0
-Flow Roce_0_15_1 396 finished at 88.16832 total bytes 900000
+..|.Flow Roce_0_15_1 396 finished at 88.16832 total bytes 900000
 Trigger 1 fired, 1 targets
-startflow Roce_4_5_2 at 88.16832
+.startflow Roce_4_5_2 at 88.16832
 Flow HPCC_4_5_2 finished at 149.759360000001 total bytes 1800000
 .Done
 """.splitlines()

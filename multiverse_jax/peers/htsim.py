@@ -189,6 +189,7 @@ def build_htsim(build_dir: str | Path | None = None, peers_dir: str | Path | Non
 
 # --- Running and parsing -------------------------------------------------------------------------
 
+CLOCK_TICKS = ".|"  # htsim's Clock prints these every 50 ms of simulated time, mid-line
 _FINISH = re.compile(r"^Flow (\S+) (?:\d+ )?finished at (\S+) total bytes \d+")
 _START = re.compile(r"^startflow (\S+) at (\S+)")
 _HOP = re.compile(r"^nexthop (\d+) (\d+) (.+)$")
@@ -229,6 +230,7 @@ def parse_output(lines) -> tuple[dict[int, int], dict[int, int], dict[tuple[int,
     """(start ps, finish ps, hops) by flow id from the patched htsim's stdout lines."""
     start, finish, hops = {}, {}, {}
     for number, text in enumerate(lines, start=1):
+        text = text.lstrip(CLOCK_TICKS)
         if (match := _HOP.match(text)) is not None:
             flow, dst, queue = match.groups()
             here, there = _hop(queue, number)
