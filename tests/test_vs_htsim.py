@@ -156,6 +156,7 @@ def test_uncongested_roce_matches_htsim_to_the_picosecond(tmp_path):
     experiment = htsim.pinned_experiment(run, network, "roce", cm_path, tmp_path)
     (result,) = simulate([experiment])
     flows = htsim.compare(result.flows, run)
+    np.testing.assert_array_equal(flows["ours_start_ps"], flows["htsim_start_ps"])
     np.testing.assert_array_equal(flows["ours_fct_ps"], flows["htsim_fct_ps"])
     assert np.all(flows["fct_error"] == 0.0)
     expected = []

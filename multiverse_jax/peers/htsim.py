@@ -341,12 +341,20 @@ def our_config(network: HtsimNetwork, mode: str, cm_path, routes_path=None) -> d
 
 
 def compare(flow_columns: dict[str, np.ndarray], run: HtsimRun) -> dict[str, np.ndarray]:
-    """Per flow (ours' order), both FCTs in ps (-1 where that side did not finish the flow)
-    and ours' relative error (ours - htsim) / htsim (NaN where either did not finish)."""
+    """Per flow (ours' order): both start times and FCTs in ps (-1 where that side did not
+    start / finish the flow; a triggered flow starts when its trigger fired there) and
+    ours' relative FCT error (ours - htsim) / htsim (NaN where either did not finish)."""
     ids = np.asarray(flow_columns["id"], np.int64)
     ours = np.asarray(flow_columns["fct_ps"], np.int64)
     theirs = np.array([run.finish_ps[i] - run.start_ps[i] if i in run.finish_ps else -1 for i in ids], np.int64)
     both = (ours >= 0) & (theirs > 0)
     error = np.full(ids.shape, np.nan)
     error[both] = (ours[both] - theirs[both]) / theirs[both]
-    return {"id": ids, "ours_fct_ps": ours, "htsim_fct_ps": theirs, "fct_error": error}
+    return {
+        "id": ids,
+        "ours_start_ps": np.asarray(flow_columns["start_ps"], np.int64),
+        "htsim_start_ps": np.array([run.start_ps.get(i, -1) for i in ids], np.int64),
+        "ours_fct_ps": ours,
+        "htsim_fct_ps": theirs,
+        "fct_error": error,
+    }
