@@ -49,7 +49,7 @@ import jax
 import numpy as np
 
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
-from machine import machine_info
+from machine import COMPILE_CLOCK, machine_info
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import CcKind, LbKind, SimConfig
@@ -144,39 +144,6 @@ def bottleneck_port(topo) -> int:
 
 
 # --------------------------------------------------------------------------- measuring
-
-
-class CompileClock:
-    """Sums JAX's own compile-phase durations (trace, lower, backend compile) since the last ``take()``."""
-
-    EVENTS = (
-        "/jax/core/compile/jaxpr_trace_duration",
-        "/jax/core/compile/jaxpr_to_mlir_module_duration",
-        "/jax/core/compile/backend_compile_duration",
-    )
-
-    def __init__(self):
-        self.total = 0.0
-        self.seen = False
-        try:
-            from jax import monitoring
-
-            monitoring.register_event_duration_secs_listener(self._listen)
-        except Exception:  # noqa: BLE001 - older JAX: no compile split
-            pass
-
-    def _listen(self, name, duration, **_):
-        if name in self.EVENTS:
-            self.total += duration
-            self.seen = True
-
-    def take(self) -> float | None:
-        total, seen = self.total, self.seen
-        self.total, self.seen = 0.0, False
-        return total if seen else None
-
-
-COMPILE_CLOCK = CompileClock()
 
 
 def compiled_programs() -> int | None:

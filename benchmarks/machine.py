@@ -1,4 +1,5 @@
-"""What machine and versions a benchmark ran on: the shared header of every results JSON."""
+"""What machine and versions a benchmark ran on (the shared header of every results JSON),
+and how long JAX spent compiling (``COMPILE_CLOCK``)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,36 @@ def machine_info() -> dict:
         "python": platform.python_version(),
         "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
+
+
+class CompileClock:
+    """Sums JAX's own compile-phase durations (trace, lower, backend compile) since the last ``take()``."""
+
+    EVENTS = (
+        "/jax/core/compile/jaxpr_trace_duration",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration",
+        "/jax/core/compile/backend_compile_duration",
+    )
+
+    def __init__(self):
+        self.total = 0.0
+        self.seen = False
+        try:
+            from jax import monitoring
+
+            monitoring.register_event_duration_secs_listener(self._listen)
+        except Exception:  # noqa: BLE001 - older JAX: no compile split
+            pass
+
+    def _listen(self, name, duration, **_):
+        if name in self.EVENTS:
+            self.total += duration
+            self.seen = True
+
+    def take(self) -> float | None:
+        total, seen = self.total, self.seen
+        self.total, self.seen = 0.0, False
+        return total if seen else None
+
+
+COMPILE_CLOCK = CompileClock()
