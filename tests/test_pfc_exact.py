@@ -18,18 +18,19 @@ XOFF, XON = 20_000, 10_000
 N_PACKETS = 40
 
 
-def crossing_ps(fast_gbps: int, slow_gbps: int, delay_ps: int) -> int:
+def crossing_ps(fast_gbps: int, slow_gbps: int, delay_ps: int, release: str = "dequeue") -> int:
     """The instant the switch's ingress from h0 first holds more than XOFF (a plain-Python
     reference): h0 sends back to back at the fast rate, the switch forwards at the slow
-    rate; a packet counts from its arrival (last bit) until it starts leaving; on ties the
-    departure comes first."""
+    rate; a packet counts from its arrival (last bit) until it starts leaving (``dequeue``)
+    or until its last bit has left (``sent``); on ties the departure comes first."""
     t_fast = WIRE * 8 * 10**12 // (fast_gbps * 10**9)
     t_slow = WIRE * 8 * 10**12 // (slow_gbps * 10**9)
     arrivals = [(i + 1) * t_fast + delay_ps for i in range(N_PACKETS)]
     starts = []
     for a in arrivals:
         starts.append(max(a, starts[-1] + t_slow) if starts else a)
-    events = sorted([(s, 0, -WIRE) for s in starts] + [(a, 1, WIRE) for a in arrivals])
+    released = [s + (t_slow if release == "sent" else 0) for s in starts]
+    events = sorted([(r, 0, -WIRE) for r in released] + [(a, 1, WIRE) for a in arrivals])
     held = 0
     for time, _, change in events:
         held += change
@@ -51,14 +52,17 @@ def step_until_paused(exp):
     raise AssertionError("no pause within 400 windows")
 
 
-@pytest.mark.parametrize("delay_us", [0.4, 1.0, 2.5])  # the window is the link delay
-def test_pause_reaches_upstream_one_delay_after_the_crossing(delay_us):
+@pytest.mark.parametrize(
+    "delay_us, release", [(0.4, "dequeue"), (1.0, "dequeue"), (2.5, "dequeue"), (1.0, "sent"), (2.5, "sent")]
+)  # the window is the link delay
+def test_pause_reaches_upstream_one_delay_after_the_crossing(delay_us, release):
     delay_ps = round(delay_us * 1_000_000)
     topo = chain([100, 10], [delay_us, delay_us])  # h0 -> s0 at 100 Gb/s, s0 -> h1 at 10 Gb/s
     flows = make_flows([0], [1], [N_PACKETS * 4096], [0])
-    exp = Experiment(topo, flows, switch=SwitchConfig(pfc_xoff_bytes=XOFF, pfc_xon_bytes=XON), sim=SimConfig(sample_interval_us=0))
+    switch = SwitchConfig(pfc_xoff_bytes=XOFF, pfc_xon_bytes=XON, pfc_release=release)
+    exp = Experiment(topo, flows, switch=switch, sim=SimConfig(sample_interval_us=0))
     params, state = step_until_paused(exp)
-    expected = crossing_ps(100, 10, delay_ps)
+    expected = crossing_ps(100, 10, delay_ps, release)
     uplink = 0  # h0's NIC port: the link into s0 whose ingress crosses XOFF
     history = np.asarray(state.links.pfc_decided_ps[uplink])
     paused = np.asarray(state.links.pfc_paused[uplink])

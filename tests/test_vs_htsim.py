@@ -109,6 +109,8 @@ def test_our_config_is_htsims_network(tmp_path, mode):
     assert (c.topology.k, c.link.rate_gbps, c.link.delay_us) == (4, 100.0, 1.0)
     assert (c.packet.payload_bytes, c.packet.header_bytes, c.packet.ack_bytes) == (9000, 64, 64)
     assert (c.switch.pfc_xoff_bytes, c.switch.pfc_xon_bytes) == (630_000, 450_000)  # 70 and 50 packets of -mtu
+    assert c.switch.buffer_bytes == 900_000 and c.switch.overflow == "report"  # -q 100, lossless: only reported
+    assert c.packet.ack_class == "data" and c.switch.pfc_release == "sent"  # ACKs with data; completedService
     assert str(c.cc) == {"roce": "none", "hpcc": "hpcc"}[mode]
     w_ai_bytes = c.hpcc.rate_ai_mbps * 1e6 * c.hpcc.base_rtt_us * 1e-6 / 8
     assert (c.hpcc.base_rtt_us, c.hpcc.eta, c.hpcc.max_stage, w_ai_bytes) == (12.0, 0.95, 5, 9000.0)

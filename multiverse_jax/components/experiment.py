@@ -18,7 +18,7 @@ from multiverse_jax.components.ports import PortParams, PortState, initial_port_
 from multiverse_jax.components.samples import SampleState, initial_sample_state
 from multiverse_jax.components.static import Static
 from multiverse_jax.components.tasks import TaskParams, TaskState, initial_task_state, task_params
-from multiverse_jax.conf.schema import AckClass, CcKind, LbKind, Overflow
+from multiverse_jax.conf.schema import AckClass, CcKind, LbKind, Overflow, PfcRelease
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.units import NEVER, PS_PER_US, ps_from_us
 
@@ -67,6 +67,7 @@ class Params:
     ack_bytes: chex.Array  # () int32 wire size of an ACK
     ack_in_data_class: chex.Array  # () bool ACKs queue in their flow's data class, paused by PFC (packet.ack_class=data)
     max_time_ps: chex.Array  # () int64 the run stops with ERROR_TIME_LIMIT past this time
+    pfc_count_until_sent: chex.Array  # () bool PFC counts a packet until its last bit left (switch.pfc_release=sent)
     overflow_is_error: chex.Array  # () bool a queue past its buffer sets ERROR_BUFFER_OVERFLOW (switch.overflow=error)
     cc_kind: chex.Array  # () int32 congestion control (CC_*)
     cc: CcParams  # constants of every algorithm (and of ECN marking)
@@ -111,6 +112,7 @@ def experiment_params(exp: Experiment, s: Static) -> Params:
         ack_bytes=np.int32(exp.packet.ack_bytes),
         ack_in_data_class=np.bool_(exp.packet.ack_class == AckClass.data),
         max_time_ps=ps_from_us(exp.sim.max_time_us),
+        pfc_count_until_sent=np.bool_(exp.switch.pfc_release == PfcRelease.sent),
         overflow_is_error=np.bool_(exp.switch.overflow == Overflow.error),
         cc_kind=np.int32(CC_CODES[exp.cc]),
         cc=cc_params(exp, exp.routing),

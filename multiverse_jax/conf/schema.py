@@ -129,6 +129,13 @@ class AckClass(enum.StrEnum):
     data = "data"  # an ACK joins the FIFO of its flow's data class at every hop and is paused with it (htsim)
 
 
+class PfcRelease(enum.StrEnum):
+    """Until when a packet counts towards its ingress's PFC bytes."""
+
+    dequeue = "dequeue"  # until it starts leaving its egress port (the HPCC authors' ns-3 code)
+    sent = "sent"  # until its last bit has left (htsim's completedService)
+
+
 class Overflow(enum.StrEnum):
     """What a lossless egress queue that grows past switch.buffer_bytes does (it never drops)."""
 
@@ -194,6 +201,7 @@ class SwitchConfig:
     overflow: Overflow = Overflow.error
     pfc_xoff_bytes: int = 200_000  # per ingress: pause the upstream port above this
     pfc_xon_bytes: int = 100_000  # per ingress: resume it below this
+    pfc_release: PfcRelease = PfcRelease.dequeue  # a packet counts for its ingress until dequeued | sent
     flowlet_gap_us: float = 50.0  # lb=flowlet: a flow idle this long starts a new flowlet (new path)
     # RED/ECN marking at egress: probability 0 below Kmin, rising to Pmax at Kmax, 1 above.
     # Defaults: the HPCC authors' ns-3 run.py at 25 Gb/s, below PFC XOFF plus headroom so
@@ -206,6 +214,7 @@ class SwitchConfig:
     def __post_init__(self):
         check_number("switch.buffer_bytes", self.buffer_bytes, low=1, integer=True)
         self.overflow = choice(Overflow, "switch.overflow", self.overflow)
+        self.pfc_release = choice(PfcRelease, "switch.pfc_release", self.pfc_release)
         check_number("switch.pfc_xoff_bytes", self.pfc_xoff_bytes, low=1, integer=True)
         check_number("switch.pfc_xon_bytes", self.pfc_xon_bytes, low=0, integer=True)
         check_not_above("switch.pfc_xon_bytes", self.pfc_xon_bytes, "switch.pfc_xoff_bytes", self.pfc_xoff_bytes)

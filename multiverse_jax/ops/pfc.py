@@ -1,11 +1,13 @@
-"""PFC as the upstream port sees it: when a paused port may start a data packet
-(``systems/pfc.py`` takes the decisions)."""
+"""PFC as the upstream port sees it (when a paused port may start a data packet), and what
+PFC counts per ingress (``systems/pfc.py`` takes the decisions; the clock must not jump
+over a release)."""
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.ops.packets import serialization_ps
 from multiverse_jax.units import NEVER
 
 
@@ -26,3 +28,23 @@ def release_ps(params: Params, state: State, earliest_ps):
     # Decisions not yet in effect arrive later, in order: the first resume among them.
     resume_ps = jnp.min(jnp.where(~in_effect & ~links.pfc_paused, effective_ps, NEVER), axis=1)
     return jnp.where(paused, resume_ps, earliest_ps)
+
+
+def counted_until_ps(params: Params, pkts):
+    """(S,) bool packets that count for their switch's ingress, and (S,) int64 until when
+    (meaningful for those in flight, which have left the switch): the start of their
+    departure (``switch.pfc_release=dequeue``) or its end, last bit sent (``sent``)."""
+    links = params.links
+    counted = pkts.pkt_valid & (pkts.pkt_ingress >= 0) & (~pkts.pkt_is_ack | params.ack_in_data_class)
+    ser_ps = serialization_ps(pkts.pkt_bytes, links.link_rate_bps[pkts.pkt_port])
+    sent_ps = pkts.pkt_time_ps - links.link_delay_ps[pkts.pkt_port]  # the last bit leaves: arrival - delay
+    return counted, jnp.where(params.pfc_count_until_sent, sent_ps, sent_ps - ser_ps)
+
+
+def next_release_ps(params: Params, state: State, window_end_ps):
+    """() the next instant a packet that has left stops counting for its ingress, after this
+    window (NEVER if none): the clock must not jump over it (only ``pfc_release=sent``
+    releases after the window of the departure)."""
+    counted, until_ps = counted_until_ps(params, state.packets)
+    pending = counted & state.packets.pkt_in_flight & (until_ps >= window_end_ps)
+    return jnp.min(jnp.where(pending, until_ps, NEVER))

@@ -37,7 +37,6 @@ from pathlib import Path
 
 import numpy as np
 
-from multiverse_jax.conf import schema
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.units import PS_PER_US
@@ -52,17 +51,11 @@ CC_OF_MODE = {"roce": "none", "hpcc": "hpcc"}  # mode -> our cc
 TOOLS = ("g++", "gcc", "make", "patch")
 HEADER_BYTES = 64  # htsim: data packet = -mtu payload + 64 B header; ACKs and pauses 64 B
 HTSIM_HPCC_BASE_RTT_US = 12.0  # hpcc.cpp: HPCCSrc::_T
-# Keys other engineers are adding to conf/schema.py to configure the engine as htsim is
-# (issue 11). Each is set by ``our_config`` as soon as the schema has it, and left out
-# until then. "Exact PFC" (a pause decided per packet, not at window ends) needs no key.
-PEER_OPTIONS = {
-    "packet.ack_class": "data",  # ACKs wait in the data FIFO, as in htsim (today: strict priority)
-    "switch.overflow": "report",  # a lossless queue past its buffer is reported, as htsim warns
-}
-# htsim's lossless queues never drop: past -q packets they only warn. Until
-# switch.overflow=report lands, ours stop with an error past switch.buffer_bytes, so ours
-# get a buffer no scenario fills instead of -q x MTU.
-LOSSLESS_BUFFER_BYTES = 1 << 40
+# How htsim's network differs from our defaults (issue 11): ACKs queue with data and are
+# paused with it; a packet holds its PFC ingress bytes until its last bit has left
+# (completedService); a lossless queue past -q packets is only reported. (PFC decides at
+# the crossing instants in both.)
+PEER_OPTIONS = {"packet.ack_class": "data", "switch.pfc_release": "sent", "switch.overflow": "report"}
 
 
 class PeerUnavailable(RuntimeError):
@@ -300,16 +293,10 @@ def pinned_experiment(run: HtsimRun, network: HtsimNetwork, mode: str, cm_path, 
     return experiment_from_config(our_config(network, mode, cm_path, routes_path))
 
 
-def _schema_has(dotted: str) -> bool:
-    group, _, key = dotted.partition(".")
-    return key in {f.name for f in dataclasses.fields(getattr(schema.Config(), group))}
-
-
 def our_config(network: HtsimNetwork, mode: str, cm_path, routes_path=None) -> dict:
     """The config (for ``experiment_from_config``) of ``network`` and htsim's ``mode`` here."""
     mtu = network.mtu_bytes
-    peer = {key: value for key, value in PEER_OPTIONS.items() if _schema_has(key)}
-    buffer_bytes = network.queue_packets * mtu if "switch.overflow" in peer else LOSSLESS_BUFFER_BYTES
+    buffer_bytes = network.queue_packets * mtu
     config = {
         "topology": {"kind": "fattree", "k": network.k},
         "link": {"rate_gbps": network.rate_gbps, "delay_us": network.delay_us},
@@ -334,7 +321,7 @@ def our_config(network: HtsimNetwork, mode: str, cm_path, routes_path=None) -> d
         "sim": {"max_time_us": float(network.end_us), "sample_interval_us": 0.0},
         "output": {"plots": False},
     }
-    for dotted, value in peer.items():
+    for dotted, value in PEER_OPTIONS.items():
         group, _, key = dotted.partition(".")
         config[group][key] = value
     return config

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, Params, State
-from multiverse_jax.ops import cc, nic
+from multiverse_jax.ops import cc, nic, pfc
 from multiverse_jax.units import NEVER
 from multiverse_jax.ops.packets import in_flight, queued
 
@@ -23,6 +23,7 @@ def clock(params: Params, state: State, window_end_ps) -> State:
     next_send = jnp.min(jnp.where(sendable, ready_ps, NEVER))
     next_event = jnp.minimum(jnp.minimum(next_arrival, next_send), jnp.where(anything_queued, window_end_ps, NEVER))
     next_event = jnp.minimum(next_event, cc.next_timer_ps(params, state))
+    next_event = jnp.minimum(next_event, pfc.next_release_ps(params, state, window_end_ps))
     stalled = ~state.done & (next_event == NEVER)
     stopped = state.done | stalled | (state.error != 0)  # a failed experiment stops where it failed
     next_time = jnp.where(stopped, state.time_ps, jnp.maximum(window_end_ps, next_event))

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_PFC_TOGGLES, Params, State
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
-from multiverse_jax.ops.packets import serialization_ps
+from multiverse_jax.ops.pfc import counted_until_ps
 from multiverse_jax.ops.segments import count_by
 
 TIME_BITS = 40  # event times relative to the window start, in ps (1.1 s), in the sort key
@@ -35,15 +35,14 @@ def _events(params: Params, state: State, window_end_ps):
     """The window's PFC events, sorted by ingress link then time (departures first on ties):
     (2 S,) int32 link (n_ports for none), (2 S,) int64 time, (2 S,) int64 byte change; and
     (P,) int64 the bytes each ingress held at the window start."""
-    pkts, links = state.packets, params.links
+    pkts = state.packets
     window_start_ps = window_end_ps - params.window_ps
-    counted = pkts.pkt_valid & (pkts.pkt_ingress >= 0) & (~pkts.pkt_is_ack | params.ack_in_data_class)
+    counted, left_ps = counted_until_ps(params, pkts)
     size = pkts.pkt_bytes.astype(jnp.int64)
-    # A counted packet in flight has left its switch: it started at arrival - delay - serialisation.
-    left_ps = pkts.pkt_time_ps - links.link_delay_ps[pkts.pkt_port] - serialization_ps(pkts.pkt_bytes, links.link_rate_bps[pkts.pkt_port])
-    left_now = counted & pkts.pkt_in_flight & (left_ps >= window_start_ps)
-    came_now = counted & (pkts.pkt_ingress_ps >= window_start_ps) & (~pkts.pkt_in_flight | left_now)
-    held_before = counted & (pkts.pkt_ingress_ps < window_start_ps) & (~pkts.pkt_in_flight | left_now)
+    left_now = counted & pkts.pkt_in_flight & (left_ps >= window_start_ps) & (left_ps < window_end_ps)
+    not_yet_left = ~pkts.pkt_in_flight | (left_ps >= window_start_ps)
+    came_now = counted & (pkts.pkt_ingress_ps >= window_start_ps) & not_yet_left
+    held_before = counted & (pkts.pkt_ingress_ps < window_start_ps) & not_yet_left
     n_ports = params.static.n_ports
     held_start = count_by(held_before, pkts.pkt_ingress, n_ports, size)
     link = jnp.concatenate([jnp.where(left_now, pkts.pkt_ingress, n_ports), jnp.where(came_now, pkts.pkt_ingress, n_ports)])
