@@ -127,7 +127,7 @@ def load_config(cfg) -> Config:
             cfg = {key: _container(cfg, key) for key in cfg if key != "hydra"}
         given = _plain({key: value for key, value in dict(cfg).items() if key != "hydra"})
         merged = OmegaConf.merge(OmegaConf.structured(Config), given)
-        return OmegaConf.to_object(merged)  # runs each group's __post_init__ range checks
+        return OmegaConf.to_object(merged)  # runs each group's checks (Group.__post_init__)
     except OmegaConfBaseException as exc:
         raise _input_error(exc, given) from None
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from multiverse_jax.conf.schema import PacketConfig, SwitchConfig
+from multiverse_jax.conf.schema import PacketConfig, SimConfig, SwitchConfig, WorkloadConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.errors import InputError
 from multiverse_jax.topology import fattree
@@ -73,3 +73,19 @@ def test_trigger_never_fired_and_cycle(tmp_path):
     )
     with pytest.raises(InputError, match="never start"):
         load_cm(cycle)
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: PacketConfig(ack_class="bogus"), "packet.ack_class must be one of control, data, got 'bogus'"),
+        (lambda: SwitchConfig(pfc_release="late"), "switch.pfc_release must be one of dequeue, sent, got 'late'"),
+        (lambda: SimConfig(batching="fast"), "sim.batching must be one of auto, vmap, map, got 'fast'"),
+        (lambda: WorkloadConfig(placement="x"), "workload.placement must be one of packed, random, rail, got 'x'"),
+    ],
+)
+def test_python_api_choices_are_checked_like_the_cli(build, match):
+    """Every Enum field of every group (``schema.Group``) turns a Python string into its
+    member, or fails naming the key and the valid values, as OmegaConf does on the CLI."""
+    with pytest.raises(InputError, match=match):
+        build()

@@ -15,20 +15,22 @@ picks one option of each group::
 Types are checked by OmegaConf as the config is composed: a typo (``switch.bufer_bytes=1``),
 a wrong type (``topology.k=four``) or a choice that is not one of its Enum's members
 (``cc=reno``, ``sim.batching=fast``) is an error naming the key. Ranges are checked next
-to the fields, in each group's ``__post_init__``, when the composed config becomes these
+to the fields, in each group's ``check`` (run by ``Group.__post_init__``), when the composed config becomes these
 dataclasses (``multiverse_jax.config.load_config``): the error is an ``InputError`` that
 names the key and says what is valid. The Python API uses the same dataclasses: an
 ``Experiment`` holds them (``Experiment(topo, flows, switch=SwitchConfig(buffer_bytes=...))``),
 so there is no second set of defaults.
 
 Adding a key: add the field here (type, default, comment; a range check in the group's
-``__post_init__`` if it has one), then read it where it is used (``exp.switch.my_key``).
+``check`` if it has one; a choice is an Enum), then read it where it is used (``exp.switch.my_key``).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import math
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
@@ -63,6 +65,30 @@ def check_not_above(low_key: str, low, high_key: str, high) -> None:
     """``low_key`` must not exceed ``high_key`` (two thresholds of one group)."""
     if low > high:
         raise InputError(f"{low_key} ({low}) must not exceed {high_key} ({high})")
+
+
+@functools.cache
+def _choice_fields(cls) -> tuple[tuple[str, type[enum.Enum]], ...]:
+    """The fields of config dataclass ``cls`` whose type is an Enum (a choice)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((name, kind) for name, kind in hints.items() if isinstance(kind, type) and issubclass(kind, enum.Enum))
+
+
+class Group:
+    """A config group: ``group_name`` is its name in the config (``""`` for the top level). After
+    construction every choice becomes its Enum member (a Python string too: OmegaConf checks
+    the command line's) and ``check`` tests the ranges; both name the key and what is valid."""
+
+    group_name = ""
+
+    def __post_init__(self):
+        prefix = f"{self.group_name}." if self.group_name else ""
+        for name, kind in _choice_fields(type(self)):
+            setattr(self, name, choice(kind, prefix + name, getattr(self, name)))
+        self.check()
+
+    def check(self) -> None:
+        """Range checks of the group's fields (none by default)."""
 
 
 # --- Choices -------------------------------------------------------------------------------
@@ -151,8 +177,10 @@ class HybridMode(enum.StrEnum):
 
 
 @dataclass
-class TopologyConfig:
+class TopologyConfig(Group):
     """topology.*: which fabric (each builder checks its own arguments, naming these keys)."""
+
+    group_name = "topology"
 
     kind: TopologyKind = TopologyKind.fattree
     k: int = 4  # fattree: even arity; k^3/4 hosts
@@ -167,31 +195,37 @@ class TopologyConfig:
 
 
 @dataclass
-class LinkConfig:
+class LinkConfig(Group):
     """link.*: every link (custom topologies: the links whose line gives none)."""
+
+    group_name = "link"
 
     rate_gbps: float = 100.0
     delay_us: float = 1.0  # propagation delay
 
 
 @dataclass
-class PacketConfig:
+class PacketConfig(Group):
     """packet.*: wire sizes."""
+
+    group_name = "packet"
 
     payload_bytes: int = 4096  # data packet = payload + header
     header_bytes: int = 64
     ack_bytes: int = 64
     ack_class: AckClass = AckClass.control  # how ACKs queue: control (priority, never paused) | data (htsim)
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_number("packet.payload_bytes", self.payload_bytes, low=1, high=MAX_PAYLOAD_BYTES, integer=True)
         check_number("packet.header_bytes", self.header_bytes, low=0, high=MAX_HEADER_BYTES, integer=True)
         check_number("packet.ack_bytes", self.ack_bytes, low=1, integer=True)
 
 
 @dataclass
-class SwitchConfig:
+class SwitchConfig(Group):
     """switch.*: buffers, PFC, ECN marking and flowlets of every switch port."""
+
+    group_name = "switch"
 
     buffer_bytes: int = 2_000_000  # per egress port; a queue past it is never dropped (see overflow)
     # A lossless queue fed by several ingresses can outgrow the buffer (PFC holds each
@@ -211,10 +245,8 @@ class SwitchConfig:
     ecn_kmax_bytes: int = 400_000
     ecn_pmax: float = 0.2
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_number("switch.buffer_bytes", self.buffer_bytes, low=1, integer=True)
-        self.overflow = choice(Overflow, "switch.overflow", self.overflow)
-        self.pfc_release = choice(PfcRelease, "switch.pfc_release", self.pfc_release)
         check_number("switch.pfc_xoff_bytes", self.pfc_xoff_bytes, low=1, integer=True)
         check_number("switch.pfc_xon_bytes", self.pfc_xon_bytes, low=0, integer=True)
         check_not_above("switch.pfc_xon_bytes", self.pfc_xon_bytes, "switch.pfc_xoff_bytes", self.pfc_xoff_bytes)
@@ -231,8 +263,10 @@ class SwitchConfig:
 
 
 @dataclass
-class DcqcnConfig:
+class DcqcnConfig(Group):
     """dcqcn.*: DCQCN (Zhu et al. 2015), the Mellanox rules of the ns-3 code."""
+
+    group_name = "dcqcn"
 
     g: float = 1 / 256  # alpha gain (paper, ns-3 EWMA_GAIN)
     alpha_timer_us: float = 1.0  # alpha update period (ns-3 ALPHA_RESUME_INTERVAL; paper 55)
@@ -247,7 +281,7 @@ class DcqcnConfig:
     #   min_time_between_cnps; paper N = 50)
     rate_on_first_cnp: float = 1.0  # rate kept on the first CNP (ns-3 RateOnFirstCnp)
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_number("dcqcn.g", self.g, low=0, high=1, low_open=True)
         for key in ("alpha_timer_us", "decrease_interval_us", "increase_timer_us"):
             check_number(f"dcqcn.{key}", getattr(self, key), low=0, low_open=True)
@@ -260,14 +294,16 @@ class DcqcnConfig:
 
 
 @dataclass
-class DctcpConfig:
+class DctcpConfig(Group):
     """dctcp.*: DCTCP (Alizadeh et al. 2010)."""
+
+    group_name = "dctcp"
 
     g: float = 1 / 16  # alpha gain (paper)
     init_window_packets: float = 10.0  # initial window, in full packets (TCP IW10, RFC 6928)
     min_window_packets: float = 1.0  # the window never shrinks below this
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_number("dctcp.g", self.g, low=0, high=1, low_open=True)
         check_number("dctcp.init_window_packets", self.init_window_packets, low=0, low_open=True)
         check_number("dctcp.min_window_packets", self.min_window_packets, low=0, low_open=True)
@@ -277,8 +313,10 @@ class DctcpConfig:
 
 
 @dataclass
-class HpccConfig:
+class HpccConfig(Group):
     """hpcc.*: HPCC (Li et al. 2019)."""
+
+    group_name = "hpcc"
 
     eta: float = 0.95  # target utilisation (paper, ns-3 U_TARGET)
     max_stage: int = 5  # additive steps before a multiplicative one (paper maxStage)
@@ -289,7 +327,7 @@ class HpccConfig:
     w_ai_bytes: Optional[float] = None  # W_AI in bytes; None: rate_ai_mbps x T (ns-3). htsim: one MTU (9000)
     init_window_bytes: Optional[float] = None  # initial window and W_c; None: line rate x T (ns-3 and htsim)
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_number("hpcc.eta", self.eta, low=0, high=1, low_open=True)
         check_number("hpcc.max_stage", self.max_stage, low=0, integer=True)
         check_number("hpcc.rate_ai_mbps", self.rate_ai_mbps, low=0)
@@ -300,8 +338,10 @@ class HpccConfig:
 
 
 @dataclass
-class TimelyConfig:
+class TimelyConfig(Group):
     """timely.*: TIMELY (Mittal et al. 2015)."""
+
+    group_name = "timely"
 
     alpha: float = 0.875  # EWMA weight of new RTT differences (ns-3 TimelyAlpha)
     beta: float = 0.8  # multiplicative decrease (paper, ns-3)
@@ -313,7 +353,7 @@ class TimelyConfig:
     hai_after: int = 5  # consecutive increases before hyper-active increase (paper N = 5)
     min_rate_mbps: float = 1000.0  # (ns-3 MIN_RATE)
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_number("timely.alpha", self.alpha, low=0, high=1, low_open=True)
         check_number("timely.beta", self.beta, low=0, high=1, low_open=True)
         for key in ("t_low_us", "t_high_us", "min_rtt_us", "rate_ai_mbps", "rate_hai_mbps", "min_rate_mbps"):
@@ -328,9 +368,11 @@ def _default_priorities() -> Dict[str, int]:
 
 
 @dataclass
-class WorkloadConfig:
+class WorkloadConfig(Group):
     """workload.*: the traffic. Flow workloads (permutation, incast, cm) or a training
     iteration (llm and the importers), whose GPUs are hosts placed server by server."""
+
+    group_name = "workload"
 
     kind: WorkloadKind = WorkloadKind.permutation
     path: Optional[str] = None  # cm: .cm; astra/simai: layer file; chakra: .et prefix; goal: .goal
@@ -363,7 +405,7 @@ class WorkloadConfig:
     # of imported workloads (e.g. Chakra's "coll"): +workload.priorities.coll=1.
     priorities: Dict[str, int] = field(default_factory=_default_priorities)
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_number("workload.flow_bytes", self.flow_bytes, low=1, integer=True)
         check_number("workload.senders", self.senders, low=1, integer=True)
         check_number("workload.start_us", self.start_us, low=0)
@@ -383,8 +425,10 @@ class WorkloadConfig:
 
 
 @dataclass
-class SimConfig:
+class SimConfig(Group):
     """sim.*: how the simulation runs."""
+
+    group_name = "sim"
 
     seed: int = 0  # permutation derangement, random placement and ECMP hashes
     packets_per_host: int = 256  # packet slots per host (in-flight capacity)
@@ -394,7 +438,7 @@ class SimConfig:
     max_time_us: float = 1_000_000.0  # stop (and fail) an experiment that runs past this
     sample_interval_us: float = 5.0  # time-series period in µs; 0 = off
 
-    def __post_init__(self):
+    def check(self) -> None:
         check_number("sim.seed", self.seed, low=0, integer=True)
         check_number("sim.packets_per_host", self.packets_per_host, low=1, integer=True)
         check_number("sim.steps_per_call", self.steps_per_call, low=1, integer=True)
@@ -405,22 +449,26 @@ class SimConfig:
 
 
 @dataclass
-class HybridConfig:
+class HybridConfig(Group):
     """hybrid.*: granularity (flow-level fast-forward of steady phases, DESIGN.md "hybrid
     granularity", will add modes here)."""
+
+    group_name = "hybrid"
 
     mode: HybridMode = HybridMode.packet
 
 
 @dataclass
-class OutputConfig:
+class OutputConfig(Group):
     """output.*: what a run writes besides its tables."""
+
+    group_name = "output"
 
     plots: bool = True  # write fct_cdf.png (and timeseries.png, timeline.png)
 
 
 @dataclass
-class Config:
+class Config(Group):
     """The whole config of one design point."""
 
     topology: TopologyConfig = field(default_factory=TopologyConfig)

@@ -75,7 +75,7 @@ def _prepare(point: Point, composer, table: ResultsTable, resume: bool, sweep_di
     """Compose, resolve and validate one point (or find it finished in the table)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from multiverse_jax.config import experiment_from_config, resolve_config, run_options
+    from multiverse_jax.config import experiment_from_config, load_config, resolve_config, run_options
     from multiverse_jax.workload.llm import OutOfMemory
 
     try:
@@ -93,7 +93,8 @@ def _prepare(point: Point, composer, table: ResultsTable, resume: bool, sweep_di
     point.hydra_config = cfg
     HydraConfig.instance().set_config(cfg)  # relative paths resolve against the original cwd
     try:
-        point.config = resolve_config(cfg)
+        typed = load_config(cfg)  # once per point: the table row, the experiment and the options read it
+        point.config = resolve_config(typed)
     except InputError as exc:
         point.status, point.reason = "invalid", _reason(exc)
         point.key = point_key({"overrides": point.overrides})
@@ -104,8 +105,8 @@ def _prepare(point: Point, composer, table: ResultsTable, resume: bool, sweep_di
         point.status, point.reason, point.resumed = row["status"], row["reason"] or "", True
         return
     try:
-        point.experiment = experiment_from_config(point.config)
-        point.options = run_options(point.config)
+        point.experiment = experiment_from_config(typed)
+        point.options = run_options(typed)
     except OutOfMemory as exc:
         point.status, point.reason, point.extra = "oom", str(exc), {"memory_bytes": exc.usage}
     except InputError as exc:
