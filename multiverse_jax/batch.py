@@ -24,10 +24,14 @@ from multiverse_jax.experiment import Experiment
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
-    static: Static
     params: Params  # every leaf has a leading experiment axis E
     state: State
     experiments: tuple[Experiment, ...]
+
+    @property
+    def static(self) -> Static:
+        """The shapes the batch is padded to (they travel with the params)."""
+        return self.params.static
 
 
 def _stack(trees):
@@ -109,4 +113,4 @@ def build_batch(
             raise InputError(f"the given shapes are too small for this batch: {', '.join(small)}")
     params = [experiment_params(exp, static) for exp in experiments]
     states = [initial_state(exp, p) for exp, p in zip(experiments, params)]
-    return Batch(static=static, params=_stack(params), state=_stack(states), experiments=experiments)
+    return Batch(params=_stack(params), state=_stack(states), experiments=experiments)
