@@ -56,14 +56,17 @@ def _nic_host(params: Params):
     return jnp.maximum(params.ports.port_host, 0), params.ports.port_host >= 0
 
 
-def class_heads(params: Params, pkts: PacketState, offer: nic.NicOffer, window_start_ps):
+def class_heads(params: Params, state: State, offer: nic.NicOffer, window_start_ps):
     """The candidate packet of every class queue of every port: (P, 1 + C) int64 when it
     is (or becomes) available, (P, 1 + C) int32 its slot and (P, 1 + C) bool whether it
     is a NIC's offer (a data packet not created yet); class 0 is control, 1 + k data
     priority k. The earliest-queued packet of the class (NEVER and n_slots if none); at a
     NIC, in a data class k, the packet its NIC offers (``offer``, (H, C)) unless a queued
-    ACK of that class came first (only with ``packet.ack_class=data``).
+    ACK of that class (only with ``packet.ack_class=data``) can start no later than the
+    offer could: the NIC serves its ACKs ahead of its data (htsim's host queue gives ACKs
+    high priority), non-preemptively, and PFC pauses both.
     """
+    pkts = state.packets
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     # One pass over the pool for the heads of all queues: queue (1 + C) p + k is port p's class k.
     control = pkts.pkt_is_ack & ~params.ack_in_data_class
@@ -72,7 +75,7 @@ def class_heads(params: Params, pkts: PacketState, offer: nic.NicOffer, window_s
     head_ps, head_slot = fifo_head(queued(pkts), pkts.pkt_time_ps, queue, n_classes * n_ports, window_start_ps)
     head_ps, head_slot = head_ps.reshape(n_ports, n_classes), head_slot.reshape(n_ports, n_classes)
     host, is_nic = _nic_host(params)
-    is_offer = is_nic[:, None] & (offer.ready_ps[host] < head_ps[:, 1:])  # FIFO: a queued ACK first on ties
+    is_offer = is_nic[:, None] & ~_nic_ack_first(params, state, head_ps[:, 1:], offer.ready_ps[host], window_start_ps)
     data_ps = jnp.where(is_offer, offer.ready_ps[host], head_ps[:, 1:])
     data_slot = jnp.where(is_offer, offer.slot[host][:, None], head_slot[:, 1:])
     return (
@@ -80,6 +83,19 @@ def class_heads(params: Params, pkts: PacketState, offer: nic.NicOffer, window_s
         jnp.concatenate([head_slot[:, :1], data_slot], axis=1),
         jnp.concatenate([jnp.zeros_like(is_offer[:, :1]), is_offer], axis=1),
     )
+
+
+def _nic_ack_first(params: Params, state: State, ack_ps, offer_ps, window_start_ps):
+    """(P, C) bool: at a NIC port, the queued ACK of a data class (available at ``ack_ps``,
+    NEVER if none) starts before the NIC's offer (``offer_ps``): it can start no later
+    than the offer could (port free, PFC release), ties to the ACK."""
+    free_ps = jnp.maximum(state.ports.port_free_ps, window_start_ps)[:, None]
+
+    def start(ready_ps):
+        earliest = jnp.maximum(free_ps, ready_ps)
+        return jnp.stack([pfc.release_ps(params, state, earliest[:, c]) for c in range(ready_ps.shape[1])], axis=1)
+
+    return (ack_ps != NEVER) & (start(ack_ps) <= start(offer_ps))
 
 
 def start_times(params: Params, state: State, ready_ps, window_start_ps):
@@ -213,7 +229,7 @@ def serve_round(params: Params, state: State, window_end_ps) -> tuple[State, jnp
     whether any port started one."""
     window_start_ps = window_end_ps - params.window_ps
     offer = nic.offer(params, state, window_start_ps)  # (H, C)
-    ready_ps, class_slot, class_is_offer = class_heads(params, state.packets, offer, window_start_ps)  # (P, 1 + C)
+    ready_ps, class_slot, class_is_offer = class_heads(params, state, offer, window_start_ps)  # (P, 1 + C)
     start, chosen = start_times(params, state, ready_ps, window_start_ps)  # (P,)
     dep = depart(params, state, offer, start, chosen, (class_slot, class_is_offer), window_end_ps)  # (P,) each
     # Queue just before each departure: everything queued at the port that has arrived by
