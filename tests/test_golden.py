@@ -5,7 +5,13 @@ component refactor of issue 10, which kept them bit for bit) and retaken once, w
 became exact (issue 11: a pause at the crossing arrival, not at the window end), which
 moved them: default run job time 353.78 -> 353.16 us (-0.18 %), 78 -> 83 pauses; HPCC
 incast job time 348.05 -> 330.74 us (-5.0 %), FCT p99 342.09 -> 325.16 us; small LLM
-iteration 3241.88 -> 3242.97 us (+0.03 %), 370 -> 389 pauses. They guard every change
+iteration 3241.88 -> 3242.97 us (+0.03 %), 370 -> 389 pauses; and retaken again when ties
+became those of an event list (issue 11: simultaneous arrivals at a FIFO in the order their
+events were scheduled, NIC round robin as htsim's, PFC counting an arrival before a
+departure at the same instant): default run job time unchanged (353.16 us, 83 pauses),
+per-flow finish times moved; HPCC incast job time 330.74 -> 336.05 us (+1.6 %), FCT p99
+325.16 -> 331.52 us; small LLM iteration 3242.97 -> 3237.03 us (-0.18 %), 389 -> 394
+pauses. They guard every change
 since: the default run, an HPCC incast and a small LLM iteration, through the same path
 as the ``multiverse-jax`` command. A digest covers the
 figures that existed then: the columns of ``fct.csv`` named in ``FCT_COLUMNS`` (new columns
@@ -49,16 +55,16 @@ def digests(run_dir) -> tuple[str, str]:
 
 EXPECTED = {
     "default": (
-        "208ed7550e11990bcd1dd1d5ceaaebaaa3905b598865ab94b2b1570b9850b43f",
-        "a0ff42bb4a2fb35cab3c99489a11296446b64e157c59711fe33580381bc74d21",
+        "b3244b787d16e9632e6971c7beb9b9671fb13e6de02b28cecb731aaceb131d90",
+        "238bd63528f9c4610e583e1ccb09c88e909c7e1a1d92c446fa3fee2aa3531b07",
     ),
     "hpcc_incast": (
-        "7a560fa0b1b87b211899c2784df42ffcea62b14b3e43bcd60bda13ca7bd25d11",
-        "2062a95646375ca2d1322c1d61727295cada61eef82a1add2b370f5f46bd45c7",
+        "ab0666b61e58a19d40f818bdf0fdb19316061bbe42dda26ce780ced37131b0a1",
+        "026f7f2c4a19f21872d307845d61d9e7ec9c0cbf9ba20d13e6af808273342f15",
     ),
     "llm_small": (
-        "499d002e4a9463e5333e5b8728f47dae0db566ee788de90385f17d05d2a54b63",
-        "991d40fa7d07fe911e33ec4a78d53be356073018b777c606b65f6c80b474fc1a",
+        "ac27785ed1275afd3e2ffcd7fc966a006d0a3223a71343022f27dd4bc92eae0f",
+        "b6b925dd05d21d6760477f52170a11f4bca73db7fc19a958e7380dd921dae986",
     ),
 }
 

@@ -22,7 +22,7 @@ def crossing_ps(fast_gbps: int, slow_gbps: int, delay_ps: int, release: str = "d
     """The instant the switch's ingress from h0 first holds more than XOFF (a plain-Python
     reference): h0 sends back to back at the fast rate, the switch forwards at the slow
     rate; a packet counts from its arrival (last bit) until it starts leaving (``dequeue``)
-    or until its last bit has left (``sent``); on ties the departure comes first."""
+    or until its last bit has left (``sent``); on ties the arrival comes first."""
     t_fast = WIRE * 8 * 10**12 // (fast_gbps * 10**9)
     t_slow = WIRE * 8 * 10**12 // (slow_gbps * 10**9)
     arrivals = [(i + 1) * t_fast + delay_ps for i in range(N_PACKETS)]
@@ -30,7 +30,7 @@ def crossing_ps(fast_gbps: int, slow_gbps: int, delay_ps: int, release: str = "d
     for a in arrivals:
         starts.append(max(a, starts[-1] + t_slow) if starts else a)
     released = [s + (t_slow if release == "sent" else 0) for s in starts]
-    events = sorted([(r, 0, -WIRE) for r in released] + [(a, 1, WIRE) for a in arrivals])
+    events = sorted([(r, 1, -WIRE) for r in released] + [(a, 0, WIRE) for a in arrivals])
     held = 0
     for time, _, change in events:
         held += change

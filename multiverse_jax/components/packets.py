@@ -29,6 +29,11 @@ class PacketState:
     pkt_port: chex.Array  # (S_total,) int32 egress port where it is queued, or link it is on
     pkt_in_flight: chex.Array  # (S_total,) bool on the wire (True) or queued (False)
     pkt_time_ps: chex.Array  # (S_total,) int64 arrival at the far end (in flight) or at the port (queued)
+    pkt_scheduled_ps: chex.Array  # (S_total,) int64 when its arrival at pkt_time_ps became known: the later of
+    #   its last bit leaving the previous port and the previous packet's arrival over that link (a
+    #   discrete-event simulator schedules a link's deliveries one after another); breaks ties in FIFOs
+    pkt_rank: chex.Array  # (S_total,) int32 the event chain its arrival descends from (a flow index: see
+    #   PortState.port_busy_rank); breaks the ties pkt_scheduled_ps leaves
     pkt_ingress: chex.Array  # (S_total,) int32 link it arrived over at its current switch (-1 at a host)
     pkt_ingress_ps: chex.Array  # (S_total,) int64 when it arrived over pkt_ingress (its last bit; PFC accounting)
     pkt_hop: chex.Array  # (S_total,) int32 index of pkt_port along the packet's path (0 = first link)
@@ -57,6 +62,8 @@ def initial_packet_state(s: Static) -> PacketState:
         pkt_port=np.zeros(n_slots, np.int32),
         pkt_in_flight=np.zeros(n_slots, bool),
         pkt_time_ps=np.zeros(n_slots, np.int64),
+        pkt_scheduled_ps=np.zeros(n_slots, np.int64),
+        pkt_rank=np.zeros(n_slots, np.int32),
         pkt_ingress=np.full(n_slots, -1, np.int32),
         pkt_ingress_ps=np.zeros(n_slots, np.int64),
         pkt_hop=np.zeros(n_slots, np.int32),

@@ -28,6 +28,15 @@ class PortState:
     port_free_ps: chex.Array  # (P,) int64 when the port finishes its current transmission
     port_max_queue_bytes: chex.Array  # (P,) int64 largest queue seen (bytes, both classes)
     port_tx_bytes: chex.Array  # (P,) int64 wire bytes sent (for utilisation)
+    port_last_arrival_ps: chex.Array  # (P,) int64 when the last packet sent reaches the far end (-1: none yet)
+    port_rr_flow: chex.Array  # (P,) int32 at a NIC: where its round robin resumes (a flow index; see ops/nic.py)
+    # Ties between simultaneous arrivals at a FIFO go, as in an event list, to the event
+    # scheduled first; what remains tied (trains of equal packets in step) goes to the
+    # older chain of events: a busy period takes the rank of the arrival that began it
+    # (at a NIC, the flow's index), a train on the wire (packets that follow each other
+    # while the previous is still on it) the rank of the busy period that began it.
+    port_busy_rank: chex.Array  # (P,) int32 rank of the port's current (or last) busy period
+    port_train_rank: chex.Array  # (P,) int32 rank of the current (or last) train on its link
     # Overflow of a lossless queue past port_buffer_bytes (switch.overflow), watched at the
     # instants the port's queue is sampled: each departure start and each window end.
     port_overflow_events: chex.Array  # (P,) int32 times the queue went from within the buffer to above it
@@ -56,6 +65,10 @@ def initial_port_state(s: Static) -> PortState:
         port_free_ps=np.zeros(s.n_ports, np.int64),
         port_max_queue_bytes=np.zeros(s.n_ports, np.int64),
         port_tx_bytes=np.zeros(s.n_ports, np.int64),
+        port_last_arrival_ps=np.full(s.n_ports, -1, np.int64),
+        port_rr_flow=np.zeros(s.n_ports, np.int32),
+        port_busy_rank=np.zeros(s.n_ports, np.int32),
+        port_train_rank=np.zeros(s.n_ports, np.int32),
         port_overflow_events=np.zeros(s.n_ports, np.int32),
         port_over_buffer_ps=np.zeros(s.n_ports, np.int64),
         port_over_since_ps=np.full(s.n_ports, NEVER, np.int64),

@@ -5,9 +5,13 @@ Load balancing is decided here, at the source: each packet carries a path salt t
 switches mix into their ECMP hash (0 for per-flow ECMP, the packet's sequence number for
 spraying, the flow's flowlet number for flowlet switching).
 
-The NIC serves its ready flows round-robin in effect: it picks the flow that has been
-ready the longest (earliest ready time, then lowest index); after sending, a flow is next
-ready when congestion control says (``ops.cc.next_send_ps``). A data packet is created only
+The NIC serves its flows round-robin, as htsim's host queue does (a cursor over the
+flows it has seen, in flow order): of the flows ready by the time its port falls free,
+the first at or after the cursor, cyclically; if none is ready by then, the first to
+become ready. After a packet of flow f, the cursor moves to the next flow after f that
+had started by then, or back to the first flow when there is none (so a flow that starts
+later joins the cycle after the wrap, as in htsim's map iterator). After sending, a flow is next ready when
+congestion control says (``ops.cc.next_send_ps``). A data packet is created only
 when the port puts it on the wire, in a free slot of its host's share of the pool.
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, Params, State
@@ -47,11 +52,18 @@ def sendable_and_ready(params: Params, state: State):
 
 
 def offer(params: Params, state: State, now_ps) -> NicOffer:
-    """Per host and data class, the packet of the flow that has been ready the longest."""
+    """Per host and data class, the packet of the next flow in round-robin order."""
     fp, fs = params.flows, state.flows
     n_hosts, n_flows, n_classes = params.static.n_hosts, params.static.n_flows, params.static.n_data_classes
     queue = fp.flow_src * n_classes + fp.flow_priority
-    ready, flow = fifo_head(*sendable_and_ready(params, state), queue, n_hosts * n_classes, now_ps)
+    sendable, ready = sendable_and_ready(params, state)
+    nic_port = params.nics.nic_port[fp.flow_src]  # (F,)
+    # Flows ready by the time the port falls free wait together; among them, round robin.
+    waiting_from = jnp.maximum(state.ports.port_free_ps[nic_port], now_ps)
+    after_cursor = (jnp.arange(n_flows) - state.ports.port_rr_flow[nic_port]) % n_flows
+    ready, flow = fifo_head(
+        sendable, jnp.maximum(ready, waiting_from), queue, n_hosts * n_classes, now_ps, tie=after_cursor.astype(jnp.int64)
+    )
     ready, flow = ready.reshape(n_hosts, n_classes), jnp.minimum(flow, n_flows - 1).reshape(n_hosts, n_classes)
     seq = fs.flow_sent_packets[flow]
     n_packets = fp.flow_n_packets[flow]
@@ -78,8 +90,26 @@ def of_class(offer_: NicOffer, data_class) -> NicOffer:
     return dataclasses.replace(offer_, ready_ps=pick(offer_.ready_ps), flow=pick(offer_.flow), wire_bytes=pick(offer_.wire_bytes))
 
 
-def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, serialization_ps, arrival_ps) -> State:
-    """Create the packets that NICs put on the wire this round. ``sent`` etc. are (H,).
+def _next_cursor(params: Params, state: State, sent_flow, sent, start_ps):
+    """(P,) each NIC port's round-robin cursor after its host sent a packet of
+    ``sent_flow`` (H,) where ``sent`` (H,), starting at ``start_ps`` (H,): the first flow
+    of the host after it that had started by then, else 0 (wrap)."""
+    fp = params.flows
+    n_flows = params.static.n_flows
+    index = jnp.arange(n_flows, dtype=jnp.int32)
+    started = fp.flow_valid & (state.flows.flow_begin_ps <= start_ps[fp.flow_src])
+    later = started & sent[fp.flow_src] & (index > sent_flow[fp.flow_src])
+    successor = jax.ops.segment_min(jnp.where(later, index, n_flows), fp.flow_src, params.static.n_hosts)
+    cursor = jnp.where(successor == n_flows, 0, successor)
+    nic_port = jnp.where(sent, params.nics.nic_port, params.static.n_ports)
+    return state.ports.port_rr_flow.at[nic_port].set(cursor, mode="drop")
+
+
+def emit(
+    params: Params, state: State, offer_: NicOffer, sent, start_ps, serialization_ps, arrival_ps, scheduled_ps, rank
+) -> State:
+    """Create the packets that NICs put on the wire this round. ``sent`` etc. are (H,);
+    ``scheduled_ps``, ``rank``: see ``PacketState.pkt_scheduled_ps`` and ``pkt_rank``.
 
     Each sending host writes one free slot of its own share of the pool, so the writes
     never collide; hosts that send nothing write nowhere (index out of range, dropped).
@@ -109,6 +139,8 @@ def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, seriali
         pkt_port=put(pkts.pkt_port, params.nics.nic_port),
         pkt_in_flight=put(pkts.pkt_in_flight, True),
         pkt_time_ps=put(pkts.pkt_time_ps, arrival_ps),
+        pkt_scheduled_ps=put(pkts.pkt_scheduled_ps, scheduled_ps),
+        pkt_rank=put(pkts.pkt_rank, rank),
         pkt_ingress=put(pkts.pkt_ingress, -1),
         pkt_hop=put(pkts.pkt_hop, 0),
         pkt_path_salt=put(pkts.pkt_path_salt, path_salt),
@@ -128,6 +160,7 @@ def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, seriali
         flow_last_send_ps=jnp.where(flow_sent, start_ps[src], fs.flow_last_send_ps),
         flow_flowlet=jnp.where(flow_sent, flowlet[src].astype(jnp.uint32), fs.flow_flowlet),
     )
+    ports = state.ports.replace(port_rr_flow=_next_cursor(params, state, offer_.flow, sent, start_ps))
     return state.replace(
-        packets=packets, flows=flows, cc=cc.on_send(params, state.cc, flow_sent, flow_wire, flow_start_ps)
+        packets=packets, ports=ports, flows=flows, cc=cc.on_send(params, state.cc, flow_sent, flow_wire, flow_start_ps)
     )

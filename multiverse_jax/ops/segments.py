@@ -9,16 +9,31 @@ import jax.numpy as jnp
 from multiverse_jax.units import NEVER
 
 
-def fifo_head(mask, time_ps, segment, n_segments, now_ps):
+def fifo_head(mask, time_ps, segment, n_segments, now_ps, tie=None):
     """Per segment, the earliest masked entry: (its time, its index); (NEVER, n) if none.
 
-    Ties in time go to the lowest index, so the choice is deterministic. One segment_min
-    over a packed key: the time relative to ``now_ps`` in the high bits, the index in the
-    low bits. Times more than ``2**(61 - index_bits)`` ps before ``now_ps`` (17 s for
-    65,536 entries, 2 s for a million) are clipped: among such entries the lowest index
-    wins.
+    Ties in time go to the smallest ``tie`` (when given: one (n,) int64 array, or a tuple
+    of them applied in turn, each of magnitude below ``2**(60 - index_bits)``), then to
+    the lowest index, so the choice is deterministic. Each pass is one segment_min over a
+    packed key: a time relative to ``now_ps`` in the high bits, the index in the low bits.
+    Times more than ``2**(61 - index_bits)`` ps from ``now_ps`` (17 s for 65,536 entries,
+    2 s for a million) are clipped: among such entries the lowest index wins.
     The returned time is the entry's own, never clipped.
     """
+    n_items = mask.shape[0]
+    head = _earliest(mask, time_ps, segment, n_segments, now_ps)
+    head_ps = jnp.where(head < n_items, time_ps[jnp.minimum(head, n_items - 1)], NEVER)
+    keys = (time_ps,) + (() if tie is None else tie if isinstance(tie, tuple) else (tie,))
+    for tied_on, key in zip(keys, keys[1:]):
+        best = jnp.where(head < n_items, tied_on[jnp.minimum(head, n_items - 1)], NEVER)
+        mask = mask & (tied_on == best[jnp.minimum(segment, n_segments - 1)])
+        head = _earliest(mask, key, segment, n_segments, 0)
+    return head_ps, head
+
+
+def _earliest(mask, time_ps, segment, n_segments, now_ps):
+    """(n_segments,) int32: per segment, the index of the masked entry of earliest
+    ``time_ps`` (lowest index on ties), ``len(mask)`` if none."""
     n_items = mask.shape[0]
     index_bits = max(1, int(n_items).bit_length())
     span = 1 << (62 - index_bits)
@@ -26,9 +41,7 @@ def fifo_head(mask, time_ps, segment, n_segments, now_ps):
     index = jnp.arange(n_items, dtype=jnp.int64)
     key = jnp.where(mask, (relative << index_bits) | index, NEVER)
     head = jax.ops.segment_min(key, jnp.where(mask, segment, n_segments), n_segments)
-    found = head != NEVER
-    first = jnp.where(found, head & ((1 << index_bits) - 1), n_items).astype(jnp.int32)
-    return jnp.where(found, time_ps[jnp.minimum(first, n_items - 1)], NEVER), first
+    return jnp.where(head != NEVER, head & ((1 << index_bits) - 1), n_items).astype(jnp.int32)
 
 
 def count_by(mask, segment, n_segments, values=None):

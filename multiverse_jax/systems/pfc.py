@@ -61,15 +61,17 @@ def _could_change(params: Params, state: State, traffic):
 
 
 def _events(params: Params, state: State, window_end_ps, traffic):
-    """The window's PFC events, sorted by ingress link then time (departures first on ties):
+    """The window's PFC events, sorted by ingress link then time, arrivals first on ties
+    (as htsim's and ns-3's switches count an arrival, and decide, before a departure at
+    the same instant is processed):
     (2 S,) int32 link (n_ports for none), (2 S,) int64 time, (2 S,) int64 byte change."""
     left_now, came_now, left_ps, size, _ = traffic
     pkts, n_ports = state.packets, params.static.n_ports
     window_start_ps = window_end_ps - params.window_ps
     link = jnp.concatenate([jnp.where(left_now, pkts.pkt_ingress, n_ports), jnp.where(came_now, pkts.pkt_ingress, n_ports)])
     time = jnp.concatenate([left_ps, pkts.pkt_ingress_ps]) - window_start_ps
-    is_arrival = jnp.concatenate([jnp.zeros_like(left_now), jnp.ones_like(came_now)])
-    key = (link.astype(jnp.int64) << (TIME_BITS + 1)) | (jnp.clip(time, 0, (1 << TIME_BITS) - 1) << 1) | is_arrival
+    is_departure = jnp.concatenate([jnp.ones_like(left_now), jnp.zeros_like(came_now)])
+    key = (link.astype(jnp.int64) << (TIME_BITS + 1)) | (jnp.clip(time, 0, (1 << TIME_BITS) - 1) << 1) | is_departure
     key, delta = jax.lax.sort((key, jnp.concatenate([-size, size])), num_keys=1)
     link = (key >> (TIME_BITS + 1)).astype(jnp.int32)
     return link, window_start_ps + ((key >> 1) & ((1 << TIME_BITS) - 1)), delta

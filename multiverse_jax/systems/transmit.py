@@ -49,6 +49,9 @@ class Departures(NamedTuple):
     wire_bytes: jnp.ndarray  # int32 its wire size
     ser_ps: jnp.ndarray  # int64 its serialisation time
     arrival_ps: jnp.ndarray  # int64 when its last bit reaches the far end
+    scheduled_ps: jnp.ndarray  # int64 when that arrival is scheduled (``PacketState.pkt_scheduled_ps``)
+    busy_rank: jnp.ndarray  # int32 the port's busy-period rank after this departure (``PortState``)
+    rank: jnp.ndarray  # int32 the rank of the packet's arrival at the far end: its train's
 
 
 def _nic_host(params: Params):
@@ -72,7 +75,10 @@ def class_heads(params: Params, state: State, offer: nic.NicOffer, window_start_
     control = pkts.pkt_is_ack & ~params.ack_in_data_class
     klass = jnp.where(control, 0, 1 + params.flows.flow_priority[pkts.pkt_flow])
     queue = n_classes * pkts.pkt_port + klass
-    head_ps, head_slot = fifo_head(queued(pkts), pkts.pkt_time_ps, queue, n_classes * n_ports, window_start_ps)
+    head_ps, head_slot = fifo_head(
+        queued(pkts), pkts.pkt_time_ps, queue, n_classes * n_ports, window_start_ps,
+        tie=(pkts.pkt_scheduled_ps - pkts.pkt_time_ps, pkts.pkt_rank.astype(jnp.int64)),
+    )
     head_ps, head_slot = head_ps.reshape(n_ports, n_classes), head_slot.reshape(n_ports, n_classes)
     host, is_nic = _nic_host(params)
     is_offer = is_nic[:, None] & ~_nic_ack_first(params, state, head_ps[:, 1:], offer.ready_ps[host], window_start_ps)
@@ -125,7 +131,7 @@ def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, hea
     slots and offer flags, (P, 1 + C) each), if it starts inside the window; its wire
     size and serialisation; its arrival at the far end. A NIC whose host has no free slot
     starts nothing (``ERROR_POOL_FULL``)."""
-    class_slot, class_is_offer = heads
+    class_slot, class_is_offer, class_ready_ps = heads
     host, _ = _nic_host(params)
     use_ctrl = chosen == 0
     data_class = jnp.maximum(chosen - 1, 0)
@@ -139,7 +145,29 @@ def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, hea
     wire_bytes = jnp.where(creates, offer.wire_bytes[host, data_class], state.packets.pkt_bytes[queued_slot])
     ser_ps = serialization_ps(wire_bytes, params.links.link_rate_bps)
     arrival_ps = start + ser_ps + params.links.link_delay_ps
-    return Departures(start, use_ctrl, data_class, sends, is_data, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps)
+    # A link delivers in order: the arrival is scheduled when the last bit leaves, or, while
+    # the previous packet is still on the wire, when that one arrives (htsim's Pipe).
+    scheduled_ps = jnp.maximum(start + ser_ps, state.ports.port_last_arrival_ps)
+    busy_rank, rank = _ranks(params, state, offer, heads, chosen, creates, queued_slot, start + ser_ps)
+    return Departures(
+        start, use_ctrl, data_class, sends, is_data, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps,
+        scheduled_ps, busy_rank, rank,
+    )  # fmt: skip
+
+
+def _ranks(params: Params, state: State, offer: nic.NicOffer, heads, chosen, creates, queued_slot, last_bit_ps):
+    """(P,) the busy-period rank of each port after its departure and (P,) the rank of
+    the departing packet's arrival at the far end (see ``PortState.port_busy_rank``)."""
+    _, _, class_ready_ps = heads
+    ports = state.ports
+    host, _ = _nic_host(params)
+    available_ps = jnp.take_along_axis(class_ready_ps, chosen[:, None], axis=1)[:, 0]
+    arrival_rank = jnp.where(
+        creates, offer.flow[host, jnp.maximum(chosen - 1, 0)], state.packets.pkt_rank[queued_slot]
+    )  # a NIC's new packet: its flow's chain
+    busy_rank = jnp.where(ports.port_free_ps <= available_ps, arrival_rank, ports.port_busy_rank)
+    new_train = last_bit_ps >= ports.port_last_arrival_ps
+    return busy_rank, jnp.where(new_train, busy_rank, ports.port_train_rank)
 
 
 def watch_queues(params: Params, state: State, sampled, at_ps, queue_bytes, leaving_bytes) -> State:
@@ -185,6 +213,9 @@ def account(params: Params, state: State, dep: Departures, queue_bytes) -> State
         ports=ports.replace(
             port_free_ps=jnp.where(dep.sends, dep.start + dep.ser_ps, ports.port_free_ps),
             port_tx_bytes=ports.port_tx_bytes + jnp.where(dep.sends, dep.wire_bytes, 0),
+            port_last_arrival_ps=jnp.where(dep.sends, dep.arrival_ps, ports.port_last_arrival_ps),
+            port_busy_rank=jnp.where(dep.sends, dep.busy_rank, ports.port_busy_rank),
+            port_train_rank=jnp.where(dep.sends, dep.rank, ports.port_train_rank),
         ),
         error=state.error | jnp.where(jnp.any(dep.pool_full), ERROR_POOL_FULL, 0),
         n_packet_hops=state.n_packet_hops + jnp.sum(dep.sends),
@@ -210,6 +241,8 @@ def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_by
     on_wire = pkts.replace(
         pkt_in_flight=pkts.pkt_in_flight.at[leaving].set(True, mode="drop"),
         pkt_time_ps=pkts.pkt_time_ps.at[leaving].set(dep.arrival_ps, mode="drop"),
+        pkt_scheduled_ps=pkts.pkt_scheduled_ps.at[leaving].set(dep.scheduled_ps, mode="drop"),
+        pkt_rank=pkts.pkt_rank.at[leaving].set(dep.rank, mode="drop"),
         pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked, dep.slot, n_slots)].set(True, mode="drop"),
     )
     return marking.record_telemetry(params, on_wire, at_switch, dep.slot, dep.start, tx_bytes, left_behind)
@@ -221,7 +254,10 @@ def nic_emit(params: Params, state: State, offer: nic.NicOffer, dep: Departures)
     nic_port = params.nics.nic_port
     creates = dep.creates[nic_port] & (params.ports.port_host[nic_port] == jnp.arange(params.static.n_hosts))
     host_offer = nic.of_class(offer, dep.data_class[nic_port])
-    return nic.emit(params, state, host_offer, creates, dep.start[nic_port], dep.ser_ps[nic_port], dep.arrival_ps[nic_port])
+    return nic.emit(
+        params, state, host_offer, creates, dep.start[nic_port], dep.ser_ps[nic_port], dep.arrival_ps[nic_port], dep.scheduled_ps[nic_port],
+        dep.rank[nic_port],
+    )
 
 
 def serve_round(params: Params, state: State, window_end_ps) -> tuple[State, jnp.ndarray]:
@@ -231,7 +267,7 @@ def serve_round(params: Params, state: State, window_end_ps) -> tuple[State, jnp
     offer = nic.offer(params, state, window_start_ps)  # (H, C)
     ready_ps, class_slot, class_is_offer = class_heads(params, state, offer, window_start_ps)  # (P, 1 + C)
     start, chosen = start_times(params, state, ready_ps, window_start_ps)  # (P,)
-    dep = depart(params, state, offer, start, chosen, (class_slot, class_is_offer), window_end_ps)  # (P,) each
+    dep = depart(params, state, offer, start, chosen, (class_slot, class_is_offer, ready_ps), window_end_ps)  # (P,) each
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included (see watch_queues).
     queue_bytes = port_queue_bytes(params, state.packets, dep.start)  # (P,)
