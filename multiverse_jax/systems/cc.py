@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.cc import dcqcn, dctcp, hpcc, timely
 from multiverse_jax.cc.events import AckEvent
-from multiverse_jax.components.cc import GATE_ENTRIES, CcState
+from multiverse_jax.components.cc import GATE_ENTRIES, CcState, whole_packet_allowance
 from multiverse_jax.components.experiment import CC_DCTCP, CC_HPCC, CC_NONE, Params, State
 from multiverse_jax.ops.cc import pacing_gap_ps, timers_active
 from multiverse_jax.ops.packets import arriving_acks
@@ -48,7 +48,10 @@ def window_based(params: Params):
 def allowance_bytes(params: Params, cc: CcState, acked_packets):
     """(F,) bytes a flow may have sent: acknowledged bytes + window (inf without a window)."""
     acked = acked_packets.astype(jnp.float64) * params.payload_bytes
-    return jnp.where(window_based(params), acked + cc.flow_window_bytes, NO_LIMIT)
+    allow = acked + cc.flow_window_bytes
+    whole = (params.cc_kind == CC_HPCC) & params.cc.hpcc_gate_whole_packet
+    allow = jnp.where(whole, whole_packet_allowance(allow, params.payload_bytes.astype(jnp.float64), jnp), allow)
+    return jnp.where(window_based(params), allow, NO_LIMIT)
 
 
 def _ack_event(params: Params, state: State, slot, acked_packets, line_rate):

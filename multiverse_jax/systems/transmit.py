@@ -212,7 +212,8 @@ def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_by
         pkt_time_ps=pkts.pkt_time_ps.at[leaving].set(dep.arrival_ps, mode="drop"),
         pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked, dep.slot, n_slots)].set(True, mode="drop"),
     )
-    return marking.record_telemetry(params, on_wire, at_switch, dep.slot, dep.start, tx_bytes, left_behind)
+    int_queue = jnp.where(params.cc.hpcc_int_queue_with_packet, queue_bytes, left_behind)  # hpcc.int_queue
+    return marking.record_telemetry(params, on_wire, at_switch, dep.slot, dep.start, tx_bytes, int_queue)
 
 
 def nic_emit(params: Params, state: State, offer: nic.NicOffer, dep: Departures) -> State:
