@@ -24,6 +24,7 @@ from multiverse_jax.conf.schema import (
     HpccFirstAck,
     HpccIntQueue,
     HpccIntReference,
+    HpccPacing,
     HpccUUpdate,
     HpccWindowCap,
     HpccWindowGate,
@@ -80,6 +81,7 @@ class CcParams:
     hpcc_int_queue_with_packet: chex.Array  # () bool switches record the queue with the departing packet
     hpcc_window_capped: chex.Array  # () bool the window is at most line rate times T
     hpcc_gate_whole_packet: chex.Array  # () bool send only if in flight + one payload <= window
+    hpcc_pacing_ticks: chex.Array  # () bool the sender polls once per gap (hpcc.pacing=ticks)
     # TIMELY (Mittal et al. 2015)
     timely_alpha: chex.Array  # () float64 EWMA weight of the RTT difference
     timely_beta: chex.Array  # () float64 multiplicative decrease factor
@@ -218,6 +220,7 @@ def cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
         hpcc_int_queue_with_packet=np.bool_(h.int_queue == HpccIntQueue.with_packet),
         hpcc_window_capped=np.bool_(h.window_cap == HpccWindowCap.line_rate),
         hpcc_gate_whole_packet=np.bool_(h.window_gate == HpccWindowGate.whole_packet),
+        hpcc_pacing_ticks=np.bool_(h.pacing == HpccPacing.ticks),
         timely_alpha=np.float64(t.alpha),
         timely_beta=np.float64(t.beta),
         timely_t_low_ps=ps_from_us(t.t_low_us),

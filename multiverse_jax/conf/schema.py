@@ -218,6 +218,15 @@ class HpccWindowGate(enum.StrEnum):
     whole_packet = "whole_packet"  # only if a full packet more still fits (htsim: cwnd >= flight + mss)
 
 
+class HpccPacing(enum.StrEnum):
+    """How HPCC's sender paces its packets (rate = window / T)."""
+
+    rate = "rate"  # a rate change moves the next send by the change of the gap; a flow held by
+    #   its window sends when the ACK that opens it arrives (ns-3)
+    ticks = "ticks"  # the sender polls once per gap (htsim's doNextEvent): a faster rate does not
+    #   bring the pending poll forward, and a flow held by its window waits for its next poll
+
+
 class HybridMode(enum.StrEnum):
     packet = "packet"  # every packet simulated (flow-level fast-forward modes will join it)
 
@@ -389,6 +398,8 @@ class HpccConfig(Group):
     window_cap: HpccWindowCap = HpccWindowCap.line_rate  # largest window: line rate x T | none [none]
     window_gate: HpccWindowGate = HpccWindowGate.open  # send while in flight < window | only if
     #   in flight + one full payload <= window [whole_packet]
+    pacing: HpccPacing = HpccPacing.rate  # next send moves with the rate; window waits end at the
+    #   ACK | polls once per gap: window waits end at the next poll [ticks]
 
     def check(self) -> None:
         check_number("hpcc.eta", self.eta, low=0, high=1, low_open=True)

@@ -324,6 +324,7 @@ def our_config(network: HtsimNetwork, mode: str, cm_path, routes_path=None) -> d
             "int_queue": "with_packet",  # completeService writes _queuesize before subtracting the packet
             "window_cap": "none",  # _cwnd and _pacing_rate have no upper bound
             "window_gate": "whole_packet",  # doNextEvent sends if _cwnd >= _flightsize + _mss
+            "pacing": "ticks",  # doNextEvent polls every _packet_spacing, whether it sends or not
         },
         "workload": {"kind": "cm", "path": str(cm_path), "routes": None if routes_path is None else str(routes_path)},
         "sim": {"max_time_us": float(network.end_us), "sample_interval_us": 0.0},

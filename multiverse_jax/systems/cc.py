@@ -86,11 +86,14 @@ def _on_ack(params: Params, cc: CcState, ev: AckEvent) -> CcState:
     return jax.lax.switch(params.cc_kind, rules)
 
 
-def _retime(state: State, old_rate, new_rate, event_ps, wire_bytes):
+def _retime(params: Params, state: State, old_rate, new_rate, event_ps, wire_bytes):
     """Move each flow's next send time for a rate change at ``event_ps`` (ns-3 ChangeRate):
-    by the difference of the gaps, never before the event; a send already due stays."""
+    by the difference of the gaps, never before the event; a send already due stays.
+    hpcc.pacing=ticks (htsim's poll): only later, never earlier."""
     flows = state.flows
-    moved = flows.flow_next_send_ps + pacing_gap_ps(new_rate, wire_bytes) - pacing_gap_ps(old_rate, wire_bytes)
+    change = pacing_gap_ps(new_rate, wire_bytes) - pacing_gap_ps(old_rate, wire_bytes)
+    ticks = (params.cc_kind == CC_HPCC) & params.cc.hpcc_pacing_ticks
+    moved = flows.flow_next_send_ps + jnp.where(ticks, jnp.maximum(change, 0), change)
     change = (new_rate != old_rate) & (flows.flow_next_send_ps > event_ps) & (flows.flow_last_send_ps >= 0)
     return jnp.where(change, jnp.maximum(moved, event_ps), flows.flow_next_send_ps)
 
@@ -141,7 +144,7 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
             cc,
         )
         flows_now = state.flows.replace(flow_next_send_ps=next_send)
-        next_send = _retime(state.replace(flows=flows_now), cc.flow_rate_bps, new.flow_rate_bps, t_event, full_wire)
+        next_send = _retime(params, state.replace(flows=flows_now), cc.flow_rate_bps, new.flow_rate_bps, t_event, full_wire)
         # Window gate: from this ACK on, the flow may have sent acked + window bytes.
         n_acks = n_acks + is_ack
         at = jnp.minimum(n_acks, GATE_ENTRIES - 1)[:, None] == entry
