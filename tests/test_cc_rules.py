@@ -72,6 +72,14 @@ PARAM_DEFAULTS = {
     "hpcc_w_ai_bytes": (40e6 * 10e-6 / 8, np.float64),
     "hpcc_base_rtt_ps": (10 * US, np.int64),
     "hpcc_min_rate_bps": (1e9, np.float64),
+    "hpcc_window_per_ack": (False, np.bool_),
+    "hpcc_int_first": (False, np.bool_),
+    "hpcc_u_whole_rtt": (False, np.bool_),
+    "hpcc_first_update": (False, np.bool_),
+    "hpcc_int_queue_with_packet": (False, np.bool_),
+    "hpcc_window_capped": (True, np.bool_),
+    "hpcc_gate_whole_packet": (False, np.bool_),
+    "hpcc_pacing_ticks": (False, np.bool_),
     "timely_alpha": (0.875, np.float64),
     "timely_beta": (0.8, np.float64),
     "timely_t_low_ps": (50 * US, np.int64),
@@ -1017,7 +1025,7 @@ def test_hpcc_hop_utilisation_and_inflight():
     st = make_state([{**prev_lane(prev), "flow_inflight_u": u} for (prev, _), u in zip(HOP_CASES, u_prev)], "hpcc")
     ev = hops_ack([now for _, now in HOP_CASES])
     u_hop, dt = jax.device_get(hpcc_hop_utilisation(ev, st.hpcc, np.float64(T_HPCC / PS_PER_S)))
-    u_new, sampled = jax.device_get(hpcc_measure_inflight(ev, st.hpcc, np.int64(T_HPCC)))
+    u_new, sampled = jax.device_get(hpcc_measure_inflight(ev, st.hpcc, cp, st.hpcc.flow_inflight_u))
     for lane, (prev, now) in enumerate(HOP_CASES):
         for hop in range(HI):
             want, want_dt = ref_hop_utilisation(now[hop], prev[hop], T_HPCC)

@@ -39,15 +39,17 @@ def hop_utilisation(ev: AckEvent, st: HpccState, base_rtt_s):
     return jnp.where(usable, u, -1.0), dt_ps
 
 
-def measure_inflight(ev: AckEvent, st: HpccState, base_rtt_ps):
-    """(F,) the new U and (F,) whether any hop gave a sample."""
+def measure_inflight(ev: AckEvent, st: HpccState, cp: CcParams, u_before):
+    """(F,) the new U (from ``u_before``) and (F,) whether any hop gave a sample."""
+    base_rtt_ps = cp.hpcc_base_rtt_ps
     u_hop, dt_ps = hop_utilisation(ev, st, base_rtt_ps / PS_PER_S)
     best = jnp.argmax(u_hop, axis=-1)
     u = jnp.take_along_axis(u_hop, best[:, None], axis=-1)[:, 0]
     tau = jnp.minimum(jnp.take_along_axis(dt_ps, best[:, None], axis=-1)[:, 0], base_rtt_ps)
     weight = tau / base_rtt_ps
+    weight = jnp.where(cp.hpcc_u_whole_rtt, jnp.floor(weight), weight)  # htsim: tau/_T in integers
     sampled = u >= 0.0
-    return jnp.where(sampled, (1.0 - weight) * st.flow_inflight_u + weight * u, st.flow_inflight_u), sampled
+    return jnp.where(sampled, (1.0 - weight) * u_before + weight * u, u_before), sampled
 
 
 def compute_window(u, wc_bytes, inc_stage, cp: CcParams):
@@ -58,35 +60,48 @@ def compute_window(u, wc_bytes, inc_stage, cp: CcParams):
 
 
 def window_bounds(cp: CcParams, line_rate_bps, min_rate_bps):
-    """(lowest, highest) window: the minimum rate and the line rate, times T."""
+    """(lowest, highest) window: the minimum rate and the line rate (inf with
+    hpcc.window_cap=none), times T."""
     base_rtt_s = cp.hpcc_base_rtt_ps / PS_PER_S
-    return min_rate_bps * base_rtt_s / 8.0, line_rate_bps * base_rtt_s / 8.0
+    highest = jnp.where(cp.hpcc_window_capped, line_rate_bps * base_rtt_s / 8.0, jnp.inf)
+    return min_rate_bps * base_rtt_s / 8.0, highest
 
 
 def on_ack(cp: CcParams, cc: CcState, ev: AckEvent) -> CcState:
     st = cc.hpcc
-    u, sampled = measure_inflight(ev, st, cp.hpcc_base_rtt_ps)
-    update = st.flow_has_int & sampled
+    first = ~st.flow_has_int
+    # hpcc.first_ack=update (htsim): U starts at eta and every ACK runs ComputeWind.
+    u_before = jnp.where(first & cp.hpcc_first_update, cp.hpcc_eta, st.flow_inflight_u)
+    u, sampled = measure_inflight(ev, st, cp, u_before)
+    u = jnp.where(first, u_before, u)
+    update = (st.flow_has_int & sampled) | cp.hpcc_first_update
     update_reference = ev.acked_packets > st.flow_round_end_seq
-    w, multiplicative = compute_window(u, st.flow_ref_window_bytes, st.flow_inc_stage, cp)
+    # hpcc.window_update=ack (htsim): W_c is the window itself, in whole bytes.
+    wc = jnp.where(cp.hpcc_window_per_ack, cc.flow_window_bytes, st.flow_ref_window_bytes)
+    w, multiplicative = compute_window(u, wc, st.flow_inc_stage, cp)
+    w = jnp.where(cp.hpcc_window_per_ack, jnp.floor(w), w)
     lowest, highest = window_bounds(cp, ev.line_rate_bps, cp.hpcc_min_rate_bps)
     w = jnp.clip(w, lowest, highest)
     window = jnp.where(update, w, cc.flow_window_bytes)
     set_reference = update & update_reference
+    # hpcc.int_reference=first (htsim): the first ACK's telemetry on a path is kept.
+    path_changed = jnp.any(ev.int_port != st.flow_int_port, axis=-1)
+    keep_int = cp.hpcc_int_first & st.flow_has_int & ~path_changed
+    keep = keep_int[:, None]
     return cc.replace(
         flow_window_bytes=window,
         flow_rate_bps=window * 8.0 / (cp.hpcc_base_rtt_ps / PS_PER_S),
         hpcc=st.replace(
-            flow_inflight_u=jnp.where(st.flow_has_int, u, st.flow_inflight_u),
-            flow_ref_window_bytes=jnp.where(set_reference, w, st.flow_ref_window_bytes),
+            flow_inflight_u=jnp.where(st.flow_has_int | cp.hpcc_first_update, u, st.flow_inflight_u),
+            flow_ref_window_bytes=jnp.where(set_reference | (update & cp.hpcc_window_per_ack), w, st.flow_ref_window_bytes),
             flow_inc_stage=jnp.where(
                 set_reference, jnp.where(multiplicative, 0, st.flow_inc_stage + 1), st.flow_inc_stage
             ),
-            flow_round_end_seq=jnp.where(update_reference | ~st.flow_has_int, ev.sent_packets, st.flow_round_end_seq),
+            flow_round_end_seq=jnp.where(update_reference | first, ev.sent_packets, st.flow_round_end_seq),
             flow_has_int=jnp.ones_like(st.flow_has_int),
-            flow_int_port=ev.int_port,
-            flow_int_ts_ps=ev.int_ts_ps,
-            flow_int_tx_bytes=ev.int_tx_bytes,
-            flow_int_qlen_bytes=ev.int_qlen_bytes,
+            flow_int_port=jnp.where(keep, st.flow_int_port, ev.int_port),
+            flow_int_ts_ps=jnp.where(keep, st.flow_int_ts_ps, ev.int_ts_ps),
+            flow_int_tx_bytes=jnp.where(keep, st.flow_int_tx_bytes, ev.int_tx_bytes),
+            flow_int_qlen_bytes=jnp.where(keep, st.flow_int_qlen_bytes, ev.int_qlen_bytes),
         ),
     )

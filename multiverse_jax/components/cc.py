@@ -20,6 +20,16 @@ import numpy as np
 from flax import struct
 
 from multiverse_jax.components.static import Static
+from multiverse_jax.conf.schema import (
+    HpccFirstAck,
+    HpccIntQueue,
+    HpccIntReference,
+    HpccPacing,
+    HpccUUpdate,
+    HpccWindowCap,
+    HpccWindowGate,
+    HpccWindowUpdate,
+)
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.units import NEVER, PS_PER_US, ps_from_us
 
@@ -63,6 +73,15 @@ class CcParams:
     hpcc_w_ai_bytes: chex.Array  # () float64 additive increase of the window
     hpcc_base_rtt_ps: chex.Array  # () int64 T: base RTT (one for the experiment, as ns-3's GLOBAL_T)
     hpcc_min_rate_bps: chex.Array  # () float64 the window never goes below this rate times T
+    # htsim's conventions (hpcc.window_update etc.; False: ns-3's)
+    hpcc_window_per_ack: chex.Array  # () bool ComputeWind starts from the last ACK's window (whole bytes)
+    hpcc_int_first: chex.Array  # () bool telemetry compared with the first ACK's on the path
+    hpcc_u_whole_rtt: chex.Array  # () bool U's weight is floor(tau / T)
+    hpcc_first_update: chex.Array  # () bool U starts at eta; ACKs without a sample run ComputeWind
+    hpcc_int_queue_with_packet: chex.Array  # () bool switches record the queue with the departing packet
+    hpcc_window_capped: chex.Array  # () bool the window is at most line rate times T
+    hpcc_gate_whole_packet: chex.Array  # () bool send only if in flight + one payload <= window
+    hpcc_pacing_ticks: chex.Array  # () bool the sender polls once per gap (hpcc.pacing=ticks)
     # TIMELY (Mittal et al. 2015)
     timely_alpha: chex.Array  # () float64 EWMA weight of the RTT difference
     timely_beta: chex.Array  # () float64 multiplicative decrease factor
@@ -194,6 +213,14 @@ def cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
         hpcc_w_ai_bytes=np.float64(h.rate_ai_mbps * 1e6 * rtt_ps / 1e12 / 8 if h.w_ai_bytes is None else h.w_ai_bytes),
         hpcc_base_rtt_ps=np.int64(rtt_ps),
         hpcc_min_rate_bps=bps(h.min_rate_mbps),
+        hpcc_window_per_ack=np.bool_(h.window_update == HpccWindowUpdate.ack),
+        hpcc_int_first=np.bool_(h.int_reference == HpccIntReference.first),
+        hpcc_u_whole_rtt=np.bool_(h.u_update == HpccUUpdate.whole_rtt),
+        hpcc_first_update=np.bool_(h.first_ack == HpccFirstAck.update),
+        hpcc_int_queue_with_packet=np.bool_(h.int_queue == HpccIntQueue.with_packet),
+        hpcc_window_capped=np.bool_(h.window_cap == HpccWindowCap.line_rate),
+        hpcc_gate_whole_packet=np.bool_(h.window_gate == HpccWindowGate.whole_packet),
+        hpcc_pacing_ticks=np.bool_(h.pacing == HpccPacing.ticks),
         timely_alpha=np.float64(t.alpha),
         timely_beta=np.float64(t.beta),
         timely_t_low_ps=ps_from_us(t.t_low_us),
@@ -204,6 +231,13 @@ def cc_params(exp: Experiment, ecmp: EcmpTable) -> CcParams:
         timely_hai_after=np.int32(t.hai_after),
         timely_min_rate_bps=bps(t.min_rate_mbps),
     )
+
+
+def whole_packet_allowance(window_bytes, payload_bytes, xp=np):
+    """The gate's allowance (bytes sent must stay below it) of a window that lets a packet go
+    only if a full payload more fits (htsim: cwnd >= flight + mss): the smallest number above
+    window - payload, so that sent < allowance iff sent + payload <= window."""
+    return xp.nextafter(window_bytes - payload_bytes, xp.inf)
 
 
 def initial_cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s: Static) -> CcState:
@@ -219,6 +253,8 @@ def initial_cc_state(exp: Experiment, cp: CcParams, line_rate_bps: np.ndarray, s
     # The window gate starts open up to the initial window (no limit without one).
     gate_allow = np.full((n, GATE_ENTRIES), np.inf)
     gate_allow[:, 0] = window if exp.cc in ("dctcp", "hpcc") else np.inf
+    if exp.cc == "hpcc" and exp.hpcc.window_gate == HpccWindowGate.whole_packet:
+        gate_allow[:, 0] = whole_packet_allowance(window, exp.packet.payload_bytes)
     gate_ps = np.full((n, GATE_ENTRIES), NEVER, np.int64)
     gate_ps[:, 0] = 0
     return CcState(

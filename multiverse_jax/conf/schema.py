@@ -169,6 +169,64 @@ class Overflow(enum.StrEnum):
     error = "error"  # stop the experiment with an error naming the port
 
 
+class HpccWindowUpdate(enum.StrEnum):
+    """Which window HPCC's ComputeWind starts from on an ACK."""
+
+    round = "round"  # W_c, set once per RTT; the ACKs between react from it (paper, ns-3)
+    ack = "ack"  # the window the last ACK set, in whole bytes (htsim: W_c is the window itself)
+
+
+class HpccIntReference(enum.StrEnum):
+    """The telemetry an ACK's is compared with (txRate, min(qlen), tau)."""
+
+    last = "last"  # the previous ACK's (paper, ns-3)
+    first = "first"  # the first ACK's on this path, kept for the flow's life (htsim never updates it)
+
+
+class HpccUUpdate(enum.StrEnum):
+    """How a sample u moves HPCC's U."""
+
+    ewma = "ewma"  # U = (1 - tau/T) U + tau/T u (paper, ns-3)
+    whole_rtt = "whole_rtt"  # tau/T in integers (htsim): U stays until tau reaches T, then U = u
+
+
+class HpccFirstAck(enum.StrEnum):
+    """What an ACK without a usable telemetry sample (the first) does."""
+
+    record = "record"  # only records the telemetry; the window stays (ns-3)
+    update = "update"  # U starts at eta and ComputeWind runs with the U the flow has (htsim)
+
+
+class HpccIntQueue(enum.StrEnum):
+    """The queue length a switch writes into a data packet's telemetry as it leaves."""
+
+    behind = "behind"  # the queue it leaves behind (ns-3)
+    with_packet = "with_packet"  # the queue with the departing packet still in it (htsim's completeService)
+
+
+class HpccWindowCap(enum.StrEnum):
+    """HPCC's largest window (and pacing rate = window / T)."""
+
+    line_rate = "line_rate"  # line rate x T (ns-3)
+    none = "none"  # no cap (htsim): the NIC still sends at most at line rate
+
+
+class HpccWindowGate(enum.StrEnum):
+    """When HPCC's window lets a flow send its next packet."""
+
+    open = "open"  # while the bytes in flight are below the window (ns-3)
+    whole_packet = "whole_packet"  # only if a full packet more still fits (htsim: cwnd >= flight + mss)
+
+
+class HpccPacing(enum.StrEnum):
+    """How HPCC's sender paces its packets (rate = window / T)."""
+
+    rate = "rate"  # a rate change moves the next send by the change of the gap; a flow held by
+    #   its window sends when the ACK that opens it arrives (ns-3)
+    ticks = "ticks"  # the sender polls once per gap (htsim's doNextEvent): a faster rate does not
+    #   bring the pending poll forward, and a flow held by its window waits for its next poll
+
+
 class HybridMode(enum.StrEnum):
     packet = "packet"  # every packet simulated (flow-level fast-forward modes will join it)
 
@@ -326,6 +384,22 @@ class HpccConfig(Group):
     #   flows (ns-3 GLOBAL_T: one T for all flows; htsim: 12 us)
     w_ai_bytes: Optional[float] = None  # W_AI in bytes; None: rate_ai_mbps x T (ns-3). htsim: one MTU (9000)
     init_window_bytes: Optional[float] = None  # initial window and W_c; None: line rate x T (ns-3 and htsim)
+    # How htsim's hpcc.cpp differs from the HPCC authors' ns-3 code (defaults: ns-3; htsim's in brackets):
+    window_update: HpccWindowUpdate = HpccWindowUpdate.round  # ComputeWind starts from W_c of the
+    #   last per-RTT update | the window the last ACK set, in whole bytes [ack]
+    int_reference: HpccIntReference = HpccIntReference.last  # telemetry compared with: the previous
+    #   ACK's | the first ACK's on the path, never updated [first]
+    u_update: HpccUUpdate = HpccUUpdate.ewma  # U = (1 - tau/T) U + tau/T u | tau/T in integers: U = u
+    #   once tau reaches T, else unchanged [whole_rtt]
+    first_ack: HpccFirstAck = HpccFirstAck.record  # an ACK without a sample only records telemetry |
+    #   U starts at eta and every ACK runs ComputeWind [update]
+    int_queue: HpccIntQueue = HpccIntQueue.behind  # qlen in the telemetry: the queue the packet leaves
+    #   behind | with the departing packet [with_packet]
+    window_cap: HpccWindowCap = HpccWindowCap.line_rate  # largest window: line rate x T | none [none]
+    window_gate: HpccWindowGate = HpccWindowGate.open  # send while in flight < window | only if
+    #   in flight + one full payload <= window [whole_packet]
+    pacing: HpccPacing = HpccPacing.rate  # next send moves with the rate; window waits end at the
+    #   ACK | polls once per gap: window waits end at the next poll [ticks]
 
     def check(self) -> None:
         check_number("hpcc.eta", self.eta, low=0, high=1, low_open=True)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.cc import dcqcn
 from multiverse_jax.components.cc import CcState
-from multiverse_jax.components.experiment import CC_DCQCN, CC_NONE, Params, State
+from multiverse_jax.components.experiment import CC_DCQCN, CC_HPCC, CC_NONE, Params, State
 from multiverse_jax.units import NEVER
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE
 
@@ -21,6 +21,18 @@ def gate_ps(params: Params, state: State):
     sent_bytes = state.flows.flow_sent_packets.astype(jnp.float64) * params.payload_bytes
     open_ = cc.flow_gate_allow_bytes > sent_bytes[:, None]
     return jnp.min(jnp.where(open_, cc.flow_gate_ps, NEVER), axis=-1)
+
+
+def ready_ps(params: Params, state: State, paced_ps, gate_ps):
+    """(F,) when each flow may start its next packet: paced (``paced_ps``) and the window open
+    (``gate_ps``). With hpcc.pacing=ticks (htsim), a flow whose window opens after its pacing
+    time waits for its next poll: the pacing time plus whole gaps at its current rate."""
+    ticks = (params.cc_kind == CC_HPCC) & params.cc.hpcc_pacing_ticks
+    full_wire = (params.payload_bytes + params.header_bytes).astype(jnp.float64)
+    gap = jnp.maximum(pacing_gap_ps(state.cc.flow_rate_bps, full_wire), 1)
+    late = ticks & (gate_ps > paced_ps) & (gate_ps != NEVER)
+    polls = (jnp.where(late, gate_ps - paced_ps, 0) + gap - 1) // gap
+    return jnp.where(late, paced_ps + polls * gap, jnp.maximum(paced_ps, gate_ps))
 
 
 def pacing_gap_ps(rate_bps, wire_bytes):

@@ -47,7 +47,7 @@ def sendable_and_ready(params: Params, state: State):
     gate_ps = cc.gate_ps(params, state)
     started = fp.flow_valid & (fs.flow_begin_ps != NEVER)
     sendable = started & (fs.flow_sent_packets < fp.flow_n_packets) & (gate_ps != NEVER)
-    ready = jnp.maximum(jnp.maximum(fs.flow_begin_ps, fs.flow_next_send_ps), gate_ps)
+    ready = cc.ready_ps(params, state, jnp.maximum(fs.flow_begin_ps, fs.flow_next_send_ps), gate_ps)
     return sendable, ready
 
 

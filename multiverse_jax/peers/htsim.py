@@ -316,6 +316,15 @@ def our_config(network: HtsimNetwork, mode: str, cm_path, routes_path=None) -> d
             "max_stage": 5,
             "rate_ai_mbps": mtu * 8 / HTSIM_HPCC_BASE_RTT_US,
             "min_rate_mbps": 1e-3,
+            # hpcc.cpp's conventions (schema.HpccConfig says what each does):
+            "window_update": "ack",  # computeWind starts from _cwnd, which every ACK sets
+            "int_reference": "first",  # measureInFlight never updates _link_info after the first ACK
+            "u_update": "whole_rtt",  # tau/_T divides two simtime_picosec integers
+            "first_ack": "update",  # _U = _eta at start; every ACK runs computeWind
+            "int_queue": "with_packet",  # completeService writes _queuesize before subtracting the packet
+            "window_cap": "none",  # _cwnd and _pacing_rate have no upper bound
+            "window_gate": "whole_packet",  # doNextEvent sends if _cwnd >= _flightsize + _mss
+            "pacing": "ticks",  # doNextEvent polls every _packet_spacing, whether it sends or not
         },
         "workload": {"kind": "cm", "path": str(cm_path), "routes": None if routes_path is None else str(routes_path)},
         "sim": {"max_time_us": float(network.end_us), "sample_interval_us": 0.0},

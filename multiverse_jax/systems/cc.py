@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.cc import dcqcn, dctcp, hpcc, timely
 from multiverse_jax.cc.events import AckEvent
-from multiverse_jax.components.cc import GATE_ENTRIES, CcState
+from multiverse_jax.components.cc import GATE_ENTRIES, CcState, whole_packet_allowance
 from multiverse_jax.components.experiment import CC_DCTCP, CC_HPCC, CC_NONE, Params, State
 from multiverse_jax.ops.cc import pacing_gap_ps, timers_active
 from multiverse_jax.ops.packets import arriving_acks
@@ -48,7 +48,10 @@ def window_based(params: Params):
 def allowance_bytes(params: Params, cc: CcState, acked_packets):
     """(F,) bytes a flow may have sent: acknowledged bytes + window (inf without a window)."""
     acked = acked_packets.astype(jnp.float64) * params.payload_bytes
-    return jnp.where(window_based(params), acked + cc.flow_window_bytes, NO_LIMIT)
+    allow = acked + cc.flow_window_bytes
+    whole = (params.cc_kind == CC_HPCC) & params.cc.hpcc_gate_whole_packet
+    allow = jnp.where(whole, whole_packet_allowance(allow, params.payload_bytes.astype(jnp.float64), jnp), allow)
+    return jnp.where(window_based(params), allow, NO_LIMIT)
 
 
 def _ack_event(params: Params, state: State, slot, acked_packets, line_rate):
@@ -83,11 +86,14 @@ def _on_ack(params: Params, cc: CcState, ev: AckEvent) -> CcState:
     return jax.lax.switch(params.cc_kind, rules)
 
 
-def _retime(state: State, old_rate, new_rate, event_ps, wire_bytes):
+def _retime(params: Params, state: State, old_rate, new_rate, event_ps, wire_bytes):
     """Move each flow's next send time for a rate change at ``event_ps`` (ns-3 ChangeRate):
-    by the difference of the gaps, never before the event; a send already due stays."""
+    by the difference of the gaps, never before the event; a send already due stays.
+    hpcc.pacing=ticks (htsim's poll): only later, never earlier."""
     flows = state.flows
-    moved = flows.flow_next_send_ps + pacing_gap_ps(new_rate, wire_bytes) - pacing_gap_ps(old_rate, wire_bytes)
+    change = pacing_gap_ps(new_rate, wire_bytes) - pacing_gap_ps(old_rate, wire_bytes)
+    ticks = (params.cc_kind == CC_HPCC) & params.cc.hpcc_pacing_ticks
+    moved = flows.flow_next_send_ps + jnp.where(ticks, jnp.maximum(change, 0), change)
     change = (new_rate != old_rate) & (flows.flow_next_send_ps > event_ps) & (flows.flow_last_send_ps >= 0)
     return jnp.where(change, jnp.maximum(moved, event_ps), flows.flow_next_send_ps)
 
@@ -138,7 +144,7 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
             cc,
         )
         flows_now = state.flows.replace(flow_next_send_ps=next_send)
-        next_send = _retime(state.replace(flows=flows_now), cc.flow_rate_bps, new.flow_rate_bps, t_event, full_wire)
+        next_send = _retime(params, state.replace(flows=flows_now), cc.flow_rate_bps, new.flow_rate_bps, t_event, full_wire)
         # Window gate: from this ACK on, the flow may have sent acked + window bytes.
         n_acks = n_acks + is_ack
         at = jnp.minimum(n_acks, GATE_ENTRIES - 1)[:, None] == entry

@@ -27,11 +27,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
+from multiverse_jax.components.experiment import CC_HPCC, ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops import marking, nic, pfc
-from multiverse_jax.ops.packets import port_queue_bytes, queued, serialization_ps
-from multiverse_jax.ops.segments import fifo_head
+from multiverse_jax.ops.packets import at_host, in_flight, port_queue_bytes, queued, serialization_ps
+from multiverse_jax.ops.segments import count_by, fifo_head
+from multiverse_jax.systems.forward import route
 from multiverse_jax.units import NEVER
 
 
@@ -222,11 +223,48 @@ def account(params: Params, state: State, dep: Departures, queue_bytes) -> State
     )
 
 
-def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_bytes) -> PacketState:
+def int_queue_wanted(params: Params):
+    """() bool the experiment's telemetry records the queue as the packet's last bit leaves
+    (HPCC with hpcc.int_queue=with_packet)."""
+    return (params.cc_kind == CC_HPCC) & params.cc.hpcc_int_queue_with_packet
+
+
+def upcoming_egress(params: Params, pkts: PacketState):
+    """(S_total,) int32 the egress port each packet in flight to a switch will be queued at
+    (n_ports: none). Packets in flight as transmit starts stay so all window (forward has
+    queued those that arrive before its end), so this holds for every round."""
+    n_ports = params.static.n_ports
+
+    def compute():
+        node = params.links.link_dst_node[pkts.pkt_port]
+        dst_host = jnp.where(pkts.pkt_is_ack, params.flows.flow_src[pkts.pkt_flow], params.flows.flow_dst[pkts.pkt_flow])
+        egress = route(params, node, dst_host, pkts.pkt_flow, pkts.pkt_is_ack, pkts.pkt_hop + 1, pkts.pkt_path_salt)
+        return jnp.where(in_flight(pkts) & ~at_host(params, pkts), egress, n_ports).astype(jnp.int32)
+
+    return jax.lax.cond(int_queue_wanted(params), compute, lambda: jnp.full(pkts.pkt_port.shape, n_ports, jnp.int32))
+
+
+def queue_at_end(params: Params, pkts: PacketState, dep: Departures, queue_bytes, upcoming):
+    """(P,) the queue of each port as its departing packet's last bit leaves, the packet
+    still counted (htsim's completeService): what was queued by then, the packets in flight
+    to it (``upcoming``) that arrive by then included. ``queue_bytes`` where not wanted."""
+    n_ports = params.static.n_ports
+
+    def compute():
+        end_ps = dep.start + dep.ser_ps
+        queued_by_end = port_queue_bytes(params, pkts, end_ps - 1)  # an arrival at that instant comes after
+        arrives = (upcoming < n_ports) & (pkts.pkt_time_ps < end_ps[jnp.minimum(upcoming, n_ports - 1)])
+        return queued_by_end + count_by(arrives, upcoming, n_ports, pkts.pkt_bytes.astype(jnp.int64))
+
+    return jax.lax.cond(int_queue_wanted(params), compute, lambda: queue_bytes)
+
+
+def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_bytes, int_queue) -> PacketState:
     """The queued packet each port starts goes on the wire (in flight until ``arrival_ps``);
     a data packet leaving a switch is ECN-marked (RED on the queue it leaves behind) and
     records its in-band telemetry for this hop (``tx_bytes`` (P,): the port's bytes sent,
-    this packet included).
+    this packet included; the queue it leaves behind, or ``int_queue`` with
+    hpcc.int_queue=with_packet).
 
     One write per port, to a slot no other port touches (a port only ever starts a packet
     queued at it), so the scatters have no conflicts. Ports that start nothing, or create
@@ -245,7 +283,8 @@ def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_by
         pkt_rank=pkts.pkt_rank.at[leaving].set(dep.rank, mode="drop"),
         pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked, dep.slot, n_slots)].set(True, mode="drop"),
     )
-    return marking.record_telemetry(params, on_wire, at_switch, dep.slot, dep.start, tx_bytes, left_behind)
+    int_qlen = jnp.where(int_queue_wanted(params), int_queue, left_behind)
+    return marking.record_telemetry(params, on_wire, at_switch, dep.slot, dep.start, tx_bytes, int_qlen)
 
 
 def nic_emit(params: Params, state: State, offer: nic.NicOffer, dep: Departures) -> State:
@@ -260,9 +299,9 @@ def nic_emit(params: Params, state: State, offer: nic.NicOffer, dep: Departures)
     )
 
 
-def serve_round(params: Params, state: State, window_end_ps) -> tuple[State, jnp.ndarray]:
+def serve_round(params: Params, state: State, window_end_ps, upcoming) -> tuple[State, jnp.ndarray]:
     """One round: every port starts at most one packet. Returns the state and () bool
-    whether any port started one."""
+    whether any port started one. ``upcoming``: see ``upcoming_egress``."""
     window_start_ps = window_end_ps - params.window_ps
     offer = nic.offer(params, state, window_start_ps)  # (H, C)
     ready_ps, class_slot, class_is_offer = class_heads(params, state, offer, window_start_ps)  # (P, 1 + C)
@@ -271,15 +310,17 @@ def serve_round(params: Params, state: State, window_end_ps) -> tuple[State, jnp
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included (see watch_queues).
     queue_bytes = port_queue_bytes(params, state.packets, dep.start)  # (P,)
+    int_queue = queue_at_end(params, state.packets, dep, queue_bytes, upcoming)
     state = account(params, state, dep, queue_bytes)
-    state = state.replace(packets=leave(params, state.packets, dep, queue_bytes, state.ports.port_tx_bytes))
+    state = state.replace(packets=leave(params, state.packets, dep, queue_bytes, state.ports.port_tx_bytes, int_queue))
     return nic_emit(params, state, offer, dep), jnp.any(dep.sends)
 
 
 def transmit(params: Params, state: State, window_end_ps) -> State:
+    upcoming = upcoming_egress(params, state.packets)
     state, _ = jax.lax.while_loop(
         lambda carry: carry[1],
-        lambda carry: serve_round(params, carry[0], window_end_ps),
+        lambda carry: serve_round(params, carry[0], window_end_ps, upcoming),
         (state, jnp.bool_(True)),
     )
     # The queue at the window's end closes the exact maximum (see watch_queues).

@@ -1,0 +1,123 @@
+"""HPCC configured like htsim's hpcc.cpp (the hpcc.* convention keys of ``peers/htsim.our_config``):
+the keys' validation, the per-ACK rule against numbers htsim printed, the whole-packet window
+gate, and an idle path whose FCTs must be htsim's."""
+
+import copy
+
+import jax
+import numpy as np
+import pytest
+
+import multiverse_jax  # noqa: F401  (switches on 64-bit JAX)
+from multiverse_jax.cc import hpcc
+from multiverse_jax.components.cc import whole_packet_allowance
+from multiverse_jax.conf.schema import HpccConfig
+from multiverse_jax.config import experiment_from_config
+from multiverse_jax.errors import InputError
+from multiverse_jax.peers import htsim
+from multiverse_jax.simulate import simulate
+from test_cc_rules import PS_PER_S, US, hops_ack, make_params, make_state, prev_lane
+
+HTSIM_KEYS = {
+    "window_update": "ack",
+    "int_reference": "first",
+    "u_update": "whole_rtt",
+    "first_ack": "update",
+    "int_queue": "with_packet",
+    "window_cap": "none",
+    "window_gate": "whole_packet",
+    "pacing": "ticks",
+}
+HTSIM_FLAGS = {
+    "hpcc_window_per_ack": True,
+    "hpcc_int_first": True,
+    "hpcc_u_whole_rtt": True,
+    "hpcc_first_update": True,
+    "hpcc_int_queue_with_packet": True,
+    "hpcc_window_capped": False,
+    "hpcc_gate_whole_packet": True,
+    "hpcc_pacing_ticks": True,
+}
+LINE = 100e9
+T = 12 * US  # htsim's _T
+WIRE = 9064  # one 9000 B packet on the wire
+
+
+def test_defaults_are_ns3_and_choices_are_checked():
+    cfg = HpccConfig()
+    assert {k: str(getattr(cfg, k)) for k in HTSIM_KEYS} == {
+        "window_update": "round",
+        "int_reference": "last",
+        "u_update": "ewma",
+        "first_ack": "record",
+        "int_queue": "behind",
+        "window_cap": "line_rate",
+        "window_gate": "open",
+        "pacing": "rate",
+    }
+    assert {k: str(getattr(HpccConfig(**HTSIM_KEYS), k)) for k in HTSIM_KEYS} == HTSIM_KEYS
+    for key in HTSIM_KEYS:
+        with pytest.raises(InputError, match=f"hpcc.{key} must be one of"):
+            HpccConfig(**{key: "bogus"})
+    assert {k: htsim.our_config(htsim.HtsimNetwork(), "hpcc", "x.cm")["hpcc"][k] for k in HTSIM_KEYS} == HTSIM_KEYS
+
+
+hpcc_on_ack = jax.jit(hpcc.on_ack)
+
+
+def test_per_ack_rule_gives_htsims_windows():
+    """htsim's CWND lines of a lone flow (uncongested, HPCCsrc 1): 150000 -> 159000 on the
+    first ACK (U = eta: W + W_AI), 168000 on the next (U only moves once tau reaches T; the
+    window, not W_c, grows), and 303000 -> 280447 once tau = T with the port at line rate
+    and one packet queued (u = 1 + 9064 * 8 / (B T))."""
+    flags = {**HTSIM_FLAGS, "hpcc_base_rtt_ps": T, "hpcc_w_ai_bytes": 9000.0, "hpcc_min_rate_bps": 1e3}
+    cp, _ = make_params(**flags)
+    first = [(1, 0, 0, WIRE, LINE), (-1, 0, 0, 0, LINE), (-1, 0, 0, 0, LINE)]
+    soon = [(1, 725_120, WIRE, WIRE, LINE), (-1, 0, 0, 0, LINE), (-1, 0, 0, 0, LINE)]
+    later = [(1, T, 150_000, WIRE, LINE), (-1, 0, 0, 0, LINE), (-1, 0, 0, 0, LINE)]
+    started = {**prev_lane([h[:4] for h in first]), "flow_has_int": True, "flow_inflight_u": 0.95}
+    lanes = [
+        {"flow_window_bytes": 150_000.0, "flow_ref_window_bytes": 150_000.0},  # first ACK
+        {**started, "flow_window_bytes": 159_000.0, "flow_ref_window_bytes": 159_000.0, "flow_round_end_seq": 20},
+        {**started, "flow_window_bytes": 303_000.0, "flow_ref_window_bytes": 100_000.0, "flow_round_end_seq": 40},
+    ]
+    st = make_state(lanes, "hpcc")
+    ev = hops_ack([first, soon, later], acked_packets=[1, 2, 18, 0, 0, 0], sent_packets=[20, 21, 40, 0, 0, 0])
+    host = jax.device_get(hpcc_on_ack(cp, st, ev))
+    assert list(host.flow_window_bytes[:3]) == [159_000, 168_000, 280_447]
+    assert host.hpcc.flow_inflight_u[0] == 0.95 and host.hpcc.flow_inflight_u[1] == 0.95
+    assert host.hpcc.flow_inflight_u[2] == pytest.approx(1 + WIRE * 8 / (LINE * T / PS_PER_S))
+    assert host.flow_rate_bps[2] == pytest.approx(280_447 * 8 / (T / PS_PER_S))  # above line rate: no cap
+    # the first ACK's telemetry stays the reference
+    assert list(host.hpcc.flow_int_ts_ps[1]) == [0, 0, 0] and list(host.hpcc.flow_int_ts_ps[0]) == [0, 0, 0]
+    assert host.hpcc.flow_int_tx_bytes[2, 0] == 0
+    # ns-3's rules on the same ACKs: the first only records, the others start from W_c
+    cp_ns3, _ = make_params(hpcc_base_rtt_ps=T, hpcc_w_ai_bytes=9000.0, hpcc_min_rate_bps=1e3)
+    ns3 = jax.device_get(hpcc_on_ack(cp_ns3, st, ev))
+    assert ns3.flow_window_bytes[0] == 150_000 and ns3.flow_window_bytes[1] != 168_000
+
+
+def test_whole_packet_gate():
+    """sent < allowance iff sent + payload <= window (htsim: cwnd >= flightsize + mss)."""
+    window, payload = np.array([27_000.0, 26_999.0, 9_000.0]), 9000
+    allow = whole_packet_allowance(window, payload)
+    for sent in (0, 9000, 18_000, 27_000):
+        assert list(sent < allow) == list(sent + payload <= window), sent
+
+
+def test_idle_path_fcts_are_htsims(tmp_path):
+    """A lone flow on an idle path, as htsim_hpcc printed it (uncongested scenario: h4 -> h5,
+    1.8 MB, under a ToR, finished at 156.25606 us; h0 -> h15, 900 kB across the core, at
+    93.24416 us): within 1 % with htsim's conventions; ns-3's are 4-16 % off."""
+    cm = tmp_path / "idle.cm"
+    cm.write_text("Nodes 16\nConnections 2\n0->15 id 1 start 0 size 900000\n4->5 id 2 start 0 size 1800000\n")
+    config = htsim.our_config(htsim.HtsimNetwork(), "hpcc", cm)
+    config["sim"]["sample_interval_us"] = 0.0
+    ns3 = copy.deepcopy(config)
+    for key in HTSIM_KEYS:
+        del ns3["hpcc"][key]
+    ours, plain = simulate([experiment_from_config(config), experiment_from_config(ns3)])
+    theirs = np.array([93_244_160, 156_256_060])
+    error = (np.asarray(ours.flows["fct_ps"]) - theirs) / theirs
+    assert np.all(np.abs(error) < 0.01), error
+    assert np.all(np.abs((np.asarray(plain.flows["fct_ps"]) - theirs) / theirs) > 0.03)
