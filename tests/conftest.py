@@ -86,3 +86,32 @@ def chain(rates_gbps, delays_us):
 
 
 __all__ = ["SMALL", "run_small", "wire_sizes", "store_and_forward_ps", "chain", "build_batch", "np"]
+
+
+# Every compiled XLA program keeps memory mappings for its code; a whole suite in one
+# process compiles thousands of them and, near Linux's vm.max_map_count (65,530 by
+# default), the next compilation aborts the process ("Aborted", no Python traceback).
+# After each module, drop JAX's caches once the mappings pass 70 % of the limit.
+MAPS_PATH = "/proc/self/maps"
+MAX_MAP_COUNT_PATH = "/proc/sys/vm/max_map_count"
+
+
+def _map_count_and_limit() -> tuple[int, int] | None:
+    try:
+        with open(MAPS_PATH) as maps, open(MAX_MAP_COUNT_PATH) as limit:
+            return sum(1 for _ in maps), int(limit.read())
+    except OSError:  # not Linux: no such limit to guard
+        return None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs_near_the_map_limit():
+    yield
+    counts = _map_count_and_limit()
+    if counts is not None and counts[0] > counts[1] * 7 // 10:
+        import gc
+
+        import jax
+
+        jax.clear_caches()
+        gc.collect()
