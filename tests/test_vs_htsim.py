@@ -9,7 +9,7 @@ import pytest
 
 from conftest import store_and_forward_ps, wire_sizes
 from multiverse_jax.config import load_config
-from multiverse_jax.peers import htsim
+from multiverse_jax.peers import htsim, trace
 from multiverse_jax.peers.scenarios import (
     MTU_BYTES,
     combine,
@@ -167,6 +167,46 @@ def test_uncongested_roce_matches_htsim_to_the_picosecond(tmp_path):
         wire = wire_sizes(f.size_bytes, payload=MTU_BYTES)
         expected.append(store_and_forward_ps(wire, [100 * 10**9] * hops, [10**6] * hops)[1])
     np.testing.assert_array_equal(flows["htsim_fct_ps"], expected)
+
+
+def test_trace_parsing_names_ports_and_packets():
+    """htsim's departure lines become hops in our names: data by its first byte, an ACK by
+    the bytes it acknowledges; other lines are skipped."""
+    lines = [
+        "dep nic SRC6->LS3(0) 2 19 9001 1450240\n",
+        "..|dep sw US2->LS_3(0) 4 19 1 8350720\n",
+        "dep nic SRC7->LS3(0) 2 20 18000 3000000\n",
+        "Flow Roce_6_7_2 396 finished at 12.5 total bytes 18000\n",
+    ]
+    assert trace.htsim_hops(lines, "roce") == {
+        ("h6->tor3", 2, False, 1): 1450240,
+        ("agg2->tor3", 4, False, 0): 8350720,
+        ("h7->tor3", 2, True, 1): 3000000,
+    }
+    assert trace.divergences({("a->b", 1, False, 0): 5, ("a->b", 1, False, 1): 9}, {("a->b", 1, False, 0): 5, ("a->b", 1, False, 1): 7}) == [
+        (7, ("a->b", 1, False, 1), 9, 7)
+    ]
+
+
+@pytest.mark.slow  # builds a second patched htsim (about a minute): CI skips it
+@pytest.mark.parametrize("name", ["perm1MB-s0", "incast8x1MB-s0"])
+def test_roce_traces_cross_the_same_hops(tmp_path, name):
+    """htsim and we move the same packets over the same ports, and most of them at the
+    same picosecond (where not, two packets that met at a port at the same instant were
+    served in the other order: the README's "Simultaneous events")."""
+    try:
+        build = trace.build_trace()
+    except htsim.PeerUnavailable as reason:
+        pytest.skip(f"htsim not available: {reason}")
+    network = htsim.HtsimNetwork()
+    scenario = next(s for s in quick_suite(network.n_hosts) if s.name == name)
+    cm_path = scenario.write(tmp_path / f"{name}.cm")
+    run = htsim.run_htsim(build, "roce", cm_path, network, tmp_path)
+    with open(tmp_path / f"{name}_htsim_roce.out") as lines:
+        theirs = trace.htsim_hops(lines, "roce", network.mtu_bytes)
+    ours = trace.our_hops(htsim.pinned_experiment(run, network, "roce", cm_path, tmp_path))
+    assert theirs.keys() == ours.keys() and len(theirs) > 0
+    assert len(trace.divergences(theirs, ours)) < len(theirs) // 2
 
 
 def test_unbuildable_htsim_says_why(tmp_path, monkeypatch):

@@ -142,13 +142,14 @@ def _run_build(command: list[str], what: str, cwd: Path | None = None) -> str:
     return done.stdout
 
 
-def _build_patched(source_sim: Path, out: Path) -> None:
-    """A copy of htsim's ``sim/`` with the patch applied, built; binaries moved to ``out``."""
+def _build_patched(source_sim: Path, out: Path, patches: tuple[Path, ...] = (PATCH,)) -> None:
+    """A copy of htsim's ``sim/`` with ``patches`` applied in turn, built; binaries moved to ``out``."""
     jobs = str(os.cpu_count() or 1)
     with tempfile.TemporaryDirectory(prefix="htsim-routes-") as work:
         sim = Path(work) / "sim"
         shutil.copytree(source_sim, sim)
-        _run_build(["patch", "-p1", "--quiet", "-i", str(PATCH)], "applying htsim-print-routes.patch", cwd=sim)
+        for patch in patches:
+            _run_build(["patch", "-p1", "--quiet", "-i", str(patch)], f"applying {patch.name}", cwd=sim)
         _run_build(["make", "-s", "-j", jobs, "libhtsim.a"], "building the patched libhtsim.a", cwd=sim)
         _run_build(["make", "-s", "-j", jobs, *BINARIES.values()], "building the patched htsim", cwd=sim / "datacenter")
         staging = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
