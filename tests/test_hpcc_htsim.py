@@ -121,3 +121,46 @@ def test_idle_path_fcts_are_htsims(tmp_path):
     error = (np.asarray(ours.flows["fct_ps"]) - theirs) / theirs
     assert np.all(np.abs(error) < 0.01), error
     assert np.all(np.abs((np.asarray(plain.flows["fct_ps"]) - theirs) / theirs) > 0.03)
+
+
+def test_window_blocked_flow_sends_on_its_poll_grid():
+    """htsim's HPCCSrc::doNextEvent polls every _packet_spacing while the window blocks it, and
+    an ACK that opens the window does not move the poll already scheduled (incast 4 x 2 MB, seed
+    1, HPCCsrc 0): 16 packets sent at line rate (the last at 10.8768 us), blocked; the first ACK
+    at 16.73216 us sets cwnd 159000, and the 17th packet leaves at the poll 24 x 0.72512 =
+    17.40288 us (before: 11.60192 us + 8 gaps at the new rate = 17.074528 us). The next poll is
+    one new gap (htsim rounds _packet_spacing down: 684075 ps) after that poll, not after the
+    start on the wire, though never before that start (our NIC keeps no backlog of polled packets)."""
+    from types import SimpleNamespace
+
+    from multiverse_jax.components.experiment import CC_HPCC
+    from multiverse_jax.ops import cc as ops_cc
+    from multiverse_jax.systems import cc as systems_cc
+
+    cp, _ = make_params(**HTSIM_FLAGS, hpcc_base_rtt_ps=T, hpcc_w_ai_bytes=9000.0, hpcc_min_rate_bps=1e3)
+    params = SimpleNamespace(cc_kind=np.int32(CC_HPCC), payload_bytes=np.int64(9000), cc=cp)
+    gap = 725_120
+    old_rate = np.full(6, LINE)
+    # lane 0 blocked (16 sent, none acked, window 150000); lane 1 may send (window 300000)
+    lanes = [{"flow_window_bytes": 150_000.0, "flow_rate_bps": LINE}] + [{"flow_window_bytes": 300_000.0, "flow_rate_bps": LINE}] * 5
+    st = make_state(lanes, "hpcc")
+    sent, acked = np.full(6, 16, np.int32), np.zeros(6, np.int32)
+    poll = np.full(6, 16 * gap, np.int64)
+    ack_ps = 16_732_160
+    after = jax.device_get(systems_cc._blocked_polls(params, st, acked, sent, poll, ack_ps, float(WIRE)))
+    assert after[0] == 24 * gap == 17_402_880 and after[1] == 16 * gap
+    new_rate = np.asarray(hpcc_on_ack(cp, st, hops_ack([[(1, 0, 0, WIRE, LINE)] + [(-1, 0, 0, 0, LINE)] * 2] * 6)).flow_rate_bps)
+    assert float(new_rate[0]) == pytest.approx(159_000 * 8.0 * PS_PER_S / T, rel=1e-14)
+    assert int(ops_cc.poll_gap_ps(new_rate[0], float(WIRE))) == 684_075
+    flows = SimpleNamespace(flow_next_send_ps=after, flow_last_send_ps=np.full(6, 15 * gap, np.int64))
+    retimed = systems_cc._retime(params, SimpleNamespace(flows=flows), old_rate, new_rate, ack_ps, float(WIRE))
+    assert int(retimed[0]) == 17_402_880  # a shorter gap does not move the scheduled poll
+    ser = np.full(6, gap, np.int64)
+    # HPCCsrc 2's 18th packet: polled at 18.812075 us, on the wire at 18.85312 us (the NIC was busy)
+    rated = st.replace(flow_rate_bps=new_rate)
+    start, polled = np.full(6, 18_853_120), np.full(6, 18_812_075)
+    nxt = ops_cc.next_send_ps(params, rated, np.arange(6), start, ser, np.full(6, WIRE), polled)
+    assert int(nxt[0]) == 19_496_150  # htsim's next poll; it sent the 19th packet at 20.180225 us
+    # a poll two gaps behind the wire (htsim: a backlog in its NIC queue) does not run ahead of it
+    nxt = ops_cc.next_send_ps(params, rated, np.arange(6), start, ser, np.full(6, WIRE), polled - 2 * 684_075)
+    assert int(nxt[0]) == 18_853_120

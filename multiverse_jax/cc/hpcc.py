@@ -90,7 +90,12 @@ def on_ack(cp: CcParams, cc: CcState, ev: AckEvent) -> CcState:
     keep = keep_int[:, None]
     return cc.replace(
         flow_window_bytes=window,
-        flow_rate_bps=window * 8.0 / (cp.hpcc_base_rtt_ps / PS_PER_S),
+        # hpcc.pacing=ticks: htsim's arithmetic (_pacing_rate = _cwnd * 8 * 10^12 / _T, _T in ps).
+        flow_rate_bps=jnp.where(
+            cp.hpcc_pacing_ticks,
+            window * 8.0 * PS_PER_S / cp.hpcc_base_rtt_ps,
+            window * 8.0 / (cp.hpcc_base_rtt_ps / PS_PER_S),
+        ),
         hpcc=st.replace(
             flow_inflight_u=jnp.where(st.flow_has_int | cp.hpcc_first_update, u, st.flow_inflight_u),
             flow_ref_window_bytes=jnp.where(set_reference | (update & cp.hpcc_window_per_ack), w, st.flow_ref_window_bytes),

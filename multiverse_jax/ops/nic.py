@@ -36,6 +36,7 @@ class NicOffer:
     ready_ps: jnp.ndarray  # int64 earliest start of the offered packet (NEVER: nothing to send)
     flow: jnp.ndarray  # int32 flow of the offered packet
     wire_bytes: jnp.ndarray  # int32 its wire size
+    poll_ps: jnp.ndarray  # int64 when its flow was ready (paced, window open), however long the port was busy
     slot: jnp.ndarray  # (H,) int32 free pool slot it would take
     has_slot: jnp.ndarray  # (H,) bool the host has a free slot
 
@@ -56,13 +57,13 @@ def offer(params: Params, state: State, now_ps) -> NicOffer:
     fp, fs = params.flows, state.flows
     n_hosts, n_flows, n_classes = params.static.n_hosts, params.static.n_flows, params.static.n_data_classes
     queue = fp.flow_src * n_classes + fp.flow_priority
-    sendable, ready = sendable_and_ready(params, state)
+    sendable, flow_ready = sendable_and_ready(params, state)
     nic_port = params.nics.nic_port[fp.flow_src]  # (F,)
     # Flows ready by the time the port falls free wait together; among them, round robin.
     waiting_from = jnp.maximum(state.ports.port_free_ps[nic_port], now_ps)
     after_cursor = (jnp.arange(n_flows) - state.ports.port_rr_flow[nic_port]) % n_flows
     ready, flow = fifo_head(
-        sendable, jnp.maximum(ready, waiting_from), queue, n_hosts * n_classes, now_ps, tie=after_cursor.astype(jnp.int64)
+        sendable, jnp.maximum(flow_ready, waiting_from), queue, n_hosts * n_classes, now_ps, tie=after_cursor.astype(jnp.int64)
     )
     ready, flow = ready.reshape(n_hosts, n_classes), jnp.minimum(flow, n_flows - 1).reshape(n_hosts, n_classes)
     seq = fs.flow_sent_packets[flow]
@@ -76,6 +77,7 @@ def offer(params: Params, state: State, now_ps) -> NicOffer:
         ready_ps=ready,
         flow=flow,
         wire_bytes=(payload + params.header_bytes).astype(jnp.int32),
+        poll_ps=flow_ready[flow],
         slot=slot,
         has_slot=jnp.any(free, axis=1),
     )
@@ -87,7 +89,8 @@ def of_class(offer_: NicOffer, data_class) -> NicOffer:
     def pick(a):
         return jnp.take_along_axis(a, data_class[:, None], axis=1)[:, 0]
 
-    return dataclasses.replace(offer_, ready_ps=pick(offer_.ready_ps), flow=pick(offer_.flow), wire_bytes=pick(offer_.wire_bytes))
+    picked = {key: pick(getattr(offer_, key)) for key in ("ready_ps", "flow", "wire_bytes", "poll_ps")}
+    return dataclasses.replace(offer_, **picked)
 
 
 def _next_cursor(params: Params, state: State, sent_flow, sent, start_ps):
@@ -153,7 +156,9 @@ def emit(
     src = fp.flow_src
     flow_sent = sent[src] & (offer_.flow[src] == jnp.arange(n_flows))
     flow_start_ps, flow_wire = start_ps[src], offer_.wire_bytes[src].astype(jnp.int64)
-    next_send = cc.next_send_ps(params, state.cc, jnp.arange(n_flows), flow_start_ps, serialization_ps[src], flow_wire)
+    next_send = cc.next_send_ps(
+        params, state.cc, jnp.arange(n_flows), flow_start_ps, serialization_ps[src], flow_wire, offer_.poll_ps[src]
+    )
     flows = fs.replace(
         flow_sent_packets=fs.flow_sent_packets + flow_sent,
         flow_next_send_ps=jnp.where(flow_sent, next_send, fs.flow_next_send_ps),

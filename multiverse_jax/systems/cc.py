@@ -28,7 +28,7 @@ from multiverse_jax.cc import dcqcn, dctcp, hpcc, timely
 from multiverse_jax.cc.events import AckEvent
 from multiverse_jax.components.cc import GATE_ENTRIES, CcState, whole_packet_allowance
 from multiverse_jax.components.experiment import CC_DCTCP, CC_HPCC, CC_NONE, Params, State
-from multiverse_jax.ops.cc import pacing_gap_ps, timers_active
+from multiverse_jax.ops.cc import gap_ps, polls, timers_active
 from multiverse_jax.ops.packets import arriving_acks
 from multiverse_jax.ops.segments import fifo_head
 from multiverse_jax.units import NEVER
@@ -89,13 +89,28 @@ def _on_ack(params: Params, cc: CcState, ev: AckEvent) -> CcState:
 def _retime(params: Params, state: State, old_rate, new_rate, event_ps, wire_bytes):
     """Move each flow's next send time for a rate change at ``event_ps`` (ns-3 ChangeRate):
     by the difference of the gaps, never before the event; a send already due stays.
-    hpcc.pacing=ticks (htsim's poll): only later, never earlier."""
+    hpcc.pacing=ticks (htsim's poll): only later, never earlier; a poll at the event itself
+    comes after it (the ACK was scheduled first)."""
     flows = state.flows
-    change = pacing_gap_ps(new_rate, wire_bytes) - pacing_gap_ps(old_rate, wire_bytes)
-    ticks = (params.cc_kind == CC_HPCC) & params.cc.hpcc_pacing_ticks
+    ticks = polls(params)
+    change = gap_ps(params, new_rate, wire_bytes) - gap_ps(params, old_rate, wire_bytes)
     moved = flows.flow_next_send_ps + jnp.where(ticks, jnp.maximum(change, 0), change)
-    change = (new_rate != old_rate) & (flows.flow_next_send_ps > event_ps) & (flows.flow_last_send_ps >= 0)
+    pending = (flows.flow_next_send_ps > event_ps) | (ticks & (flows.flow_next_send_ps == event_ps))
+    change = (new_rate != old_rate) & pending & (flows.flow_last_send_ps >= 0)
     return jnp.where(change, jnp.maximum(moved, event_ps), flows.flow_next_send_ps)
+
+
+def _blocked_polls(params: Params, cc: CcState, acked_packets, sent_packets, next_poll_ps, event_ps, wire_bytes):
+    """hpcc.pacing=ticks (htsim's HPCCSrc::doNextEvent): a flow the window blocks still polls,
+    once per gap at the rate in effect (each poll restarts the gap), so (F,) its next poll after
+    the polls before ``event_ps`` (an ACK of this flow): the poll grid, not the ACK, is when it
+    sends once the ACK opens the window. Unchanged for flows that may send or do not poll."""
+    allow = allowance_bytes(params, cc, acked_packets)
+    blocked = ~(allow > sent_packets.astype(jnp.float64) * params.payload_bytes)
+    gap = jnp.maximum(gap_ps(params, cc.flow_rate_bps, wire_bytes), 1)
+    behind = polls(params) & blocked & (next_poll_ps < event_ps)
+    n_polls = (jnp.where(behind, event_ps - next_poll_ps, 0) + gap - 1) // gap
+    return jnp.where(behind, next_poll_ps + n_polls * gap, next_poll_ps)
 
 
 def congestion_control(params: Params, state: State, window_end_ps) -> State:
@@ -142,6 +157,11 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
             after_ack,
             after_timer,
             cc,
+        )
+        next_send = jnp.where(
+            is_ack,
+            _blocked_polls(params, cc, acked - is_ack, state.flows.flow_sent_packets, next_send, t_ack, full_wire),
+            next_send,
         )
         flows_now = state.flows.replace(flow_next_send_ps=next_send)
         next_send = _retime(params, state.replace(flows=flows_now), cc.flow_rate_bps, new.flow_rate_bps, t_event, full_wire)
