@@ -10,9 +10,10 @@ flows it has seen, in flow order): of the flows ready by the time its port falls
 the first at or after the cursor, cyclically; if none is ready by then, the first to
 become ready. After a packet of flow f, the cursor moves to the next flow after f that
 had started by then, or back to the first flow when there is none (so a flow that starts
-later joins the cycle after the wrap, as in htsim's map iterator). After sending, a flow is next ready when
-congestion control says (``ops.cc.next_send_ps``). A data packet is created only
-when the port puts it on the wire, in a free slot of its host's share of the pool.
+later joins the cycle after the wrap, as in htsim's map iterator). After sending, a flow
+is next ready when congestion control says (``ops.cc.next_send_ps``). A data packet is
+created only when the port puts it on the wire, in a free slot of its host's share of
+the pool.
 """
 
 from __future__ import annotations

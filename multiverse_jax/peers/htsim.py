@@ -142,7 +142,7 @@ def _run_build(command: list[str], what: str, cwd: Path | None = None) -> str:
     return done.stdout
 
 
-def _build_patched(source_sim: Path, out: Path, patches: tuple[Path, ...] = (PATCH,)) -> None:
+def build_patched(source_sim: Path, out: Path, patches: tuple[Path, ...] = (PATCH,)) -> None:
     """A copy of htsim's ``sim/`` with ``patches`` applied in turn, built; binaries moved to ``out``."""
     jobs = str(os.cpu_count() or 1)
     with tempfile.TemporaryDirectory(prefix="htsim-routes-") as work:
@@ -177,7 +177,7 @@ def build_htsim(build_dir: str | Path | None = None, peers_dir: str | Path | Non
     digest = hashlib.sha256(PATCH.read_bytes()).hexdigest()[:12]
     routes = plain / f"print-routes-{digest}"
     if not all((routes / name).is_file() for name in BINARIES.values()):
-        _build_patched(peers / "csg-htsim" / "sim", routes)
+        build_patched(peers / "csg-htsim" / "sim", routes)
     return HtsimBuild(plain_dir=plain, routes_dir=routes)
 
 

@@ -51,7 +51,7 @@ def build_trace(build_dir=None, peers_dir=None) -> htsim.HtsimBuild:
     digest = hashlib.sha256(htsim.PATCH.read_bytes() + TRACE_PATCH.read_bytes()).hexdigest()[:12]
     out = build.plain_dir / f"trace-{digest}"
     if not all((out / name).is_file() for name in htsim.BINARIES.values()):
-        htsim._build_patched(peers / "csg-htsim" / "sim", out, (htsim.PATCH, TRACE_PATCH))
+        htsim.build_patched(peers / "csg-htsim" / "sim", out, (htsim.PATCH, TRACE_PATCH))
     return dataclasses.replace(build, routes_dir=out)
 
 

@@ -52,7 +52,7 @@ class Departures(NamedTuple):
     arrival_ps: jnp.ndarray  # int64 when its last bit reaches the far end
     scheduled_ps: jnp.ndarray  # int64 when that arrival is scheduled (``PacketState.pkt_scheduled_ps``)
     busy_rank: jnp.ndarray  # int32 the port's busy-period rank after this departure (``PortState``)
-    rank: jnp.ndarray  # int32 the rank of the packet's arrival at the far end: its train's
+    rank: jnp.ndarray  # int32 the rank of the packet's arrival at the far end: its link train's
 
 
 def _nic_host(params: Params):
@@ -95,14 +95,19 @@ def class_heads(params: Params, state: State, offer: nic.NicOffer, window_start_
 def _nic_ack_first(params: Params, state: State, ack_ps, offer_ps, window_start_ps):
     """(P, C) bool: at a NIC port, the queued ACK of a data class (available at ``ack_ps``,
     NEVER if none) starts before the NIC's offer (``offer_ps``): it can start no later
-    than the offer could (port free, PFC release), ties to the ACK."""
+    than the offer could (port free, PFC release), ties to the ACK. Only
+    ``packet.ack_class=data`` puts ACKs in data classes; otherwise nothing is computed."""
     free_ps = jnp.maximum(state.ports.port_free_ps, window_start_ps)[:, None]
 
     def start(ready_ps):
         earliest = jnp.maximum(free_ps, ready_ps)
         return jnp.stack([pfc.release_ps(params, state, earliest[:, c]) for c in range(ready_ps.shape[1])], axis=1)
 
-    return (ack_ps != NEVER) & (start(ack_ps) <= start(offer_ps))
+    return jax.lax.cond(
+        params.ack_in_data_class,
+        lambda: (ack_ps != NEVER) & (start(ack_ps) <= start(offer_ps)),
+        lambda: jnp.zeros(ack_ps.shape, bool),
+    )
 
 
 def start_times(params: Params, state: State, ready_ps, window_start_ps):
@@ -129,18 +134,21 @@ def start_times(params: Params, state: State, ready_ps, window_start_ps):
 
 def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, heads, window_end_ps) -> Departures:
     """What each port starts: the chosen class's candidate (``heads``: ``class_heads``'
-    slots and offer flags, (P, 1 + C) each), if it starts inside the window; its wire
-    size and serialisation; its arrival at the far end. A NIC whose host has no free slot
-    starts nothing (``ERROR_POOL_FULL``)."""
-    class_slot, class_is_offer, class_ready_ps = heads
+    slots, offer flags and availability times, (P, 1 + C) each), if it starts inside the
+    window; its wire size and serialisation; its arrival at the far end, when that arrival
+    is scheduled and its rank. A NIC whose host has no free slot starts nothing
+    (``ERROR_POOL_FULL``)."""
+    class_slot, class_is_offer, class_ready_ps = (
+        jnp.take_along_axis(a, chosen[:, None], axis=1)[:, 0] for a in heads
+    )  # the chosen class's, (P,) each
     host, _ = _nic_host(params)
     use_ctrl = chosen == 0
     data_class = jnp.maximum(chosen - 1, 0)
     sends = start < window_end_ps
-    creates = sends & jnp.take_along_axis(class_is_offer, chosen[:, None], axis=1)[:, 0]
+    creates = sends & class_is_offer
     pool_full = creates & ~offer.has_slot[host]
     sends, creates = sends & ~pool_full, creates & ~pool_full
-    slot = jnp.take_along_axis(class_slot, chosen[:, None], axis=1)[:, 0]
+    slot = class_slot
     queued_slot = jnp.minimum(slot, params.static.n_slots - 1)
     is_data = creates | ~state.packets.pkt_is_ack[queued_slot]
     wire_bytes = jnp.where(creates, offer.wire_bytes[host, data_class], state.packets.pkt_bytes[queued_slot])
@@ -149,24 +157,20 @@ def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, hea
     # A link delivers in order: the arrival is scheduled when the last bit leaves, or, while
     # the previous packet is still on the wire, when that one arrives (htsim's Pipe).
     scheduled_ps = jnp.maximum(start + ser_ps, state.ports.port_last_arrival_ps)
-    busy_rank, rank = _ranks(params, state, offer, heads, chosen, creates, queued_slot, start + ser_ps)
+    arriving_rank = jnp.where(creates, offer.flow[host, data_class], state.packets.pkt_rank[queued_slot])
+    busy_rank, rank = _ranks(state.ports, class_ready_ps, arriving_rank, start + ser_ps)
     return Departures(
         start, use_ctrl, data_class, sends, is_data, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps,
         scheduled_ps, busy_rank, rank,
     )  # fmt: skip
 
 
-def _ranks(params: Params, state: State, offer: nic.NicOffer, heads, chosen, creates, queued_slot, last_bit_ps):
-    """(P,) the busy-period rank of each port after its departure and (P,) the rank of
-    the departing packet's arrival at the far end (see ``PortState.port_busy_rank``)."""
-    _, _, class_ready_ps = heads
-    ports = state.ports
-    host, _ = _nic_host(params)
-    available_ps = jnp.take_along_axis(class_ready_ps, chosen[:, None], axis=1)[:, 0]
-    arrival_rank = jnp.where(
-        creates, offer.flow[host, jnp.maximum(chosen - 1, 0)], state.packets.pkt_rank[queued_slot]
-    )  # a NIC's new packet: its flow's chain
-    busy_rank = jnp.where(ports.port_free_ps <= available_ps, arrival_rank, ports.port_busy_rank)
+def _ranks(ports, available_ps, arriving_rank, last_bit_ps):
+    """(P,) each port's busy-period rank after its departure and (P,) the rank of the
+    departing packet's arrival at the far end (see ``PortState.port_busy_rank``), from the
+    departing packet's availability ``available_ps`` and rank ``arriving_rank`` (a NIC's
+    new packet: its flow's index) and the instant its last bit leaves."""
+    busy_rank = jnp.where(ports.port_free_ps <= available_ps, arriving_rank, ports.port_busy_rank)
     new_train = last_bit_ps >= ports.port_last_arrival_ps
     return busy_rank, jnp.where(new_train, busy_rank, ports.port_train_rank)
 
