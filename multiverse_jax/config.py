@@ -357,6 +357,7 @@ def experiment_from_config(cfg) -> Experiment:
         timely=c.timely,
         workload=c.workload,
         sim=c.sim,
+        hybrid=c.hybrid,
     )
     experiment.validate()
     return experiment

@@ -20,6 +20,7 @@ from multiverse_jax.conf.schema import (
     DcqcnConfig,
     DctcpConfig,
     HpccConfig,
+    HybridConfig,
     LbKind,
     PacketConfig,
     SimConfig,
@@ -54,7 +55,8 @@ class Experiment:
     hpcc: HpccConfig = dataclasses.field(default_factory=HpccConfig)  # hpcc.*
     timely: TimelyConfig = dataclasses.field(default_factory=TimelyConfig)  # timely.*
     workload: WorkloadConfig = dataclasses.field(default_factory=WorkloadConfig)  # workload.compute_slowdown
-    sim: SimConfig = dataclasses.field(default_factory=SimConfig)  # sim.seed, max_time_us, sample_interval_us
+    sim: SimConfig = dataclasses.field(default_factory=SimConfig)  # sim.seed, max_time_us, sample_interval_us, mode
+    hybrid: HybridConfig = dataclasses.field(default_factory=HybridConfig)  # hybrid.*: steady-state detection
     ecmp: EcmpTable | None = None  # the routing of ``topology`` if already built (shared between experiments)
 
     def __post_init__(self):

@@ -109,7 +109,7 @@ def test_bad_values_exit_2(tmp_path, capsys, overrides, needle):
     "override, key, valid",
     [
         ("topology.kind=torus", "topology.kind", "[fattree, leafspine, rail, custom]"),
-        ("hybrid.mode=flow", "hybrid.mode", "[packet]"),
+        ("sim.mode=fluid", "sim.mode", "[packet, hybrid, flow]"),
         ("workload.kind=ring", "workload.kind", "[permutation, incast, cm, llm, astra, simai, chakra, goal]"),
         ("workload.placement=scattered", "workload.placement", "[packed, random, rail]"),
         ("sim.batching=fast", "sim.batching", "[auto, vmap, map]"),

@@ -9,7 +9,7 @@ picks one option of each group::
     lb        ecmp | spray | flowlet                         (sets the top-level key ``lb``)
     switch    default | shallow                              (buffers, PFC, ECN)
     sim       default                                        (seed, packet slots, steps, time series)
-    hybrid    packet                                         (granularity; see HybridConfig)
+    hybrid    default                                        (steady-state detection; see HybridConfig)
     output    default | minimal                              (plots)
 
 Types are checked by OmegaConf as the config is composed: a typo (``switch.bufer_bytes=1``),
@@ -227,8 +227,27 @@ class HpccPacing(enum.StrEnum):
     #   bring the pending poll forward, and a flow held by its window waits for its next poll
 
 
-class HybridMode(enum.StrEnum):
-    packet = "packet"  # every packet simulated (flow-level fast-forward modes will join it)
+class SimMode(enum.StrEnum):
+    """Granularity (DESIGN.md "Hybrid granularity")."""
+
+    packet = "packet"  # every packet simulated: the ground truth
+    hybrid = "hybrid"  # packet level, but steady phases jump forward at their measured flow rates
+    flow = "flow"  # max-min fair flow rates only (no packets): the flow-level baseline
+
+
+class HybridRate(enum.StrEnum):
+    """The rate a steady flow advances at during a jump."""
+
+    measured = "measured"  # the mean of its last hybrid.window rate samples (Wormhole eq. 7)
+    maxmin = "maxmin"  # the max-min fair share of its partition, priority classes first (HyGra eq. 2-3)
+
+
+class HybridRestore(enum.StrEnum):
+    """How a queue is rebuilt when its partition returns to packet level."""
+
+    freeze = "freeze"  # as it was when the phase began (its packets stayed where they were)
+    empty = "empty"  # drained: its packets are delivered at re-entry
+    last = "last"  # the depth last sampled before the phase
 
 
 # --- Groups --------------------------------------------------------------------------------
@@ -511,6 +530,7 @@ class SimConfig(Group):
     devices: Any = 1  # local devices the experiment axis is sharded over: a count or "all"
     max_time_us: float = 1_000_000.0  # stop (and fail) an experiment that runs past this
     sample_interval_us: float = 5.0  # time-series period in µs; 0 = off
+    mode: SimMode = SimMode.packet  # packet | hybrid (one batch may mix them) | flow
 
     def check(self) -> None:
         check_number("sim.seed", self.seed, low=0, integer=True)
@@ -524,12 +544,21 @@ class SimConfig(Group):
 
 @dataclass
 class HybridConfig(Group):
-    """hybrid.*: granularity (flow-level fast-forward of steady phases, DESIGN.md "hybrid
-    granularity", will add modes here)."""
+    """hybrid.*: steady-state detection and fast-forward (``sim.mode=hybrid``; Wormhole §5,
+    DESIGN.md "Hybrid granularity")."""
 
     group_name = "hybrid"
 
-    mode: HybridMode = HybridMode.packet
+    theta: float = 0.05  # θ: a flow is steady when (max - min) / mean of its last samples is below this
+    window: int = 8  # l: rate samples per flow that the test looks at
+    sample_interval_us: float = 20.0  # time between rate samples (covers a few RTTs; Wormhole App. F)
+    rate: HybridRate = HybridRate.measured  # the rate a steady flow jumps at
+    restore: HybridRestore = HybridRestore.freeze  # queues on re-entry
+
+    def check(self) -> None:
+        check_number("hybrid.theta", self.theta, low=0, low_open=True, high=0.5)
+        check_number("hybrid.window", self.window, low=2, integer=True)
+        check_number("hybrid.sample_interval_us", self.sample_interval_us, low=0, low_open=True)
 
 
 @dataclass
