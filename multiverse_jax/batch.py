@@ -18,6 +18,7 @@ import numpy as np
 from multiverse_jax.components.experiment import Params, State, experiment_params, initial_state
 from multiverse_jax.components.static import Static
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
+from multiverse_jax.conf.schema import SimMode
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 
@@ -58,6 +59,11 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         pinned = e.routes.max_links - 1 if e.routes is not None else 0
         return max(hops, pinned)
 
+    def path_links(e):
+        """Links of the experiment's longest flow path, ECMP or pinned."""
+        hops = int(e.routing.hops[e.flows.src, e.flows.dst].max(initial=1))
+        return max(hops, e.routes.max_links if e.routes is not None else 1)
+
     # PFC decisions still travelling cover the longest link delay: that many windows and two
     # more, each window appending PFC_ENTRIES_PER_WINDOW entries per link.
     windows = biggest(lambda e: math.ceil(int(e.topology.link_delay_ps.max()) / int(e.topology.link_delay_ps.min())) + 2)
@@ -78,6 +84,8 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         n_samples=n_samples if any(e.sim.sample_interval_us > 0 for e in experiments) else 1,
         n_tasks=max(1, biggest(lambda e: len(e.tasks) if e.tasks is not None else 0)),
         task_deps=max(1, biggest(lambda e: e.tasks.deps.shape[1] if e.tasks is not None else 0)),
+        path_len=max(1, biggest(path_links)),
+        steady_window=max(1, biggest(lambda e: e.hybrid.window if e.sim.mode == SimMode.hybrid else 1)),
     )
 
 

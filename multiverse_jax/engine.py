@@ -36,6 +36,7 @@ from multiverse_jax.systems.pfc import pfc
 from multiverse_jax.systems.receive import receive
 from multiverse_jax.systems.sample import sample
 from multiverse_jax.systems.schedule import schedule
+from multiverse_jax.systems.steady import steady, thaw
 from multiverse_jax.systems.transmit import transmit
 
 
@@ -43,6 +44,7 @@ System = Callable[[Params, State, jax.Array], State]
 
 # The step's systems in order, each ``f(params, state, window_end_ps) -> state``.
 SYSTEMS: tuple[tuple[str, System], ...] = (
+    ("thaw", thaw),  # hybrid: frozen partitions whose steady phase ends -> packet level
     ("forward", set_forward_plan),  # arrivals at switches -> egress queues
     ("receive", receive),  # data at receivers -> ACKs (ECN echo, CNPs)
     ("cc", congestion_control),  # ACKs and timers -> rates, windows
@@ -52,6 +54,7 @@ SYSTEMS: tuple[tuple[str, System], ...] = (
     ("transmit", transmit),  # NICs and switch ports serialise
     ("pfc", pfc),  # pause / resume decisions
     ("sample", sample),  # time series
+    ("steady", steady),  # hybrid: rate samples -> steady partitions frozen, jumping at flow level
     ("clock", clock),  # the next window, or a jump to the next event
 )
 

@@ -107,6 +107,8 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
     completed = (begin_ps != NEVER) & (finish_ps != NEVER)
     marks = np.asarray(state.cc.flow_ecn_marked_packets[e, :n])
     cnps = np.asarray(state.cc.dcqcn.flow_cnps_sent[e, :n])
+    flow_level_ps = np.asarray(state.steady.flow_level_ps[e, :n])
+    fct_ps = np.where(completed, finish_ps - begin_ps, 0)
     return {
         "id": flows.flow_id,
         "src": flows.src,
@@ -124,6 +126,9 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
         "priority": flows.prio,
         "ecn_marked_packets": marks,
         "cnps": cnps,
+        "flow_level_us": flow_level_ps / PS_PER_US,  # time spent frozen, advancing at flow level (sim.mode=hybrid)
+        "flow_level_share": np.where(fct_ps > 0, flow_level_ps / np.maximum(fct_ps, 1), 0.0),
+        "steady_phases": np.asarray(state.steady.flow_jumps[e, :n]),
     }
 
 
@@ -154,6 +159,11 @@ def _summary(experiment: Experiment, columns: dict, host: dict, e: int) -> dict:
         "bytes_on_wire": int(port["tx_bytes"].sum()),
         "n_windows": int(host["n_windows"][e]),
         "n_packet_hops": int(host["n_packet_hops"][e]),
+        "mode": str(experiment.sim.mode),
+        "packet_hops_skipped": int(host["skipped_hops"][e]),  # estimated: packets jumped times their links
+        "steady_entries": int(host["n_freezes"][e]),  # partitions frozen
+        "steady_exits": int(host["n_thaws"][e]),
+        "flow_level_share": float(np.sum(columns["flow_level_us"]) / max(np.nansum(fct), 1e-9)) if finished.size else 0.0,
         **overflow_summary(overflows),
     }
 
@@ -180,6 +190,9 @@ def results(
             "over_buffer_ps": state.ports.port_over_buffer_ps,
             "task_start": state.tasks.task_start_ps,
             "task_finish": state.tasks.task_finish_ps,
+            "skipped_hops": state.steady.skipped_hops,
+            "n_freezes": state.steady.n_freezes,
+            "n_thaws": state.steady.n_thaws,
         }
     )
     out = []

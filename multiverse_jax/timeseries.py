@@ -64,6 +64,7 @@ class SampleCollector:
                 smp.sample_flow_window_bytes[e, at],
                 smp.sample_flow_rx_bytes[e, at],
                 smp.sample_port_queue_bytes[e, at],
+                smp.sample_flow_steady[e, at],
             )
             self.chunks[e].append(chunk)
             self.nbytes[e] += sum(column.nbytes for column in chunk)
@@ -79,9 +80,11 @@ class SampleCollector:
             rate = window = np.zeros((0, n_flows))
             rx = np.zeros((0, n_flows), np.int64)
             queue = np.zeros((0, n_ports), np.int64)
+            steady = np.zeros((0, n_flows), bool)
         else:
-            _, time_ps, rate, window, rx, queue = (np.concatenate(parts) for parts in zip(*self.chunks[e]))
+            _, time_ps, rate, window, rx, queue, steady = (np.concatenate(parts) for parts in zip(*self.chunks[e]))
             rate, window, rx, queue = rate[:, :n_flows], window[:, :n_flows], rx[:, :n_flows], queue[:, :n_ports]
+            steady = steady[:, :n_flows]
         n_samples = time_ps.shape[0]
         time_us = time_ps / PS_PER_US
         flows = {
@@ -90,6 +93,7 @@ class SampleCollector:
             "rate_gbps": rate.reshape(-1) / BPS_PER_GBPS,
             "window_bytes": window.reshape(-1),
             "rx_bytes": rx.reshape(-1),
+            "steady": steady.reshape(-1),
         }
         ports = {
             "time_us": np.repeat(time_us, n_ports),

@@ -17,6 +17,7 @@ from multiverse_jax.components.packets import PacketState, initial_packet_state
 from multiverse_jax.components.ports import PortParams, PortState, initial_port_state, port_params
 from multiverse_jax.components.samples import SampleState, initial_sample_state
 from multiverse_jax.components.static import Static
+from multiverse_jax.components.steady import SteadyParams, SteadyState, initial_steady_state, steady_params
 from multiverse_jax.components.tasks import TaskParams, TaskState, initial_task_state, task_params
 from multiverse_jax.conf.schema import AckClass, CcKind, LbKind, Overflow, PfcRelease
 from multiverse_jax.experiment import Experiment
@@ -74,6 +75,7 @@ class Params:
     lb_kind: chex.Array  # () int32 load balancing (LB_ECMP | LB_SPRAY | LB_FLOWLET)
     flowlet_gap_ps: chex.Array  # () int64 idle time after which a flow starts a new flowlet
     sample_interval_ps: chex.Array  # () int64 time between time-series samples (> 0)
+    steady: SteadyParams  # hybrid mode: steady-state detection (components/steady.py)
 
 
 @struct.dataclass
@@ -86,6 +88,7 @@ class State:
     cc: CcState
     tasks: TaskState
     samples: SampleState
+    steady: SteadyState  # hybrid mode: rate samples, frozen partitions, accounting
     done: chex.Array  # () bool every flow has finished
     error: chex.Array  # () int32 ERROR_* bits
     n_windows: chex.Array  # () int64 windows stepped (the clock may also jump)
@@ -119,6 +122,7 @@ def experiment_params(exp: Experiment, s: Static) -> Params:
         lb_kind=np.int32(LB_CODES[exp.lb]),
         flowlet_gap_ps=ps_from_us(exp.switch.flowlet_gap_us),
         sample_interval_ps=np.int64(max(1, round(exp.sim.sample_interval_us * PS_PER_US))),
+        steady=steady_params(exp),
     )
 
 
@@ -137,6 +141,7 @@ def initial_state(exp: Experiment, params: Params) -> State:
         cc=initial_cc_state(exp, params.cc, line_rate_bps, s),
         tasks=initial_task_state(s),
         samples=initial_sample_state(exp, s),
+        steady=initial_steady_state(exp, s),
         done=np.bool_(False),
         error=np.int32(0),
         n_windows=np.int64(0),

@@ -27,6 +27,7 @@ class SampleState:
     sample_flow_window_bytes: chex.Array  # (R, F) float64 congestion window (0 without one)
     sample_flow_rx_bytes: chex.Array  # (R, F) int64 payload bytes delivered so far
     sample_port_queue_bytes: chex.Array  # (R, P) int64 bytes queued at each egress port
+    sample_flow_steady: chex.Array  # (R, F) bool steady or frozen (sim.mode=hybrid; always False otherwise)
 
 
 def initial_sample_state(exp: Experiment, s: Static) -> SampleState:
@@ -40,4 +41,5 @@ def initial_sample_state(exp: Experiment, s: Static) -> SampleState:
         sample_flow_window_bytes=np.zeros((s.n_samples, s.n_flows)),
         sample_flow_rx_bytes=np.zeros((s.n_samples, s.n_flows), np.int64),
         sample_port_queue_bytes=np.zeros((s.n_samples, s.n_ports), np.int64),
+        sample_flow_steady=np.zeros((s.n_samples, s.n_flows), bool),
     )

@@ -26,6 +26,8 @@ class Static:
     n_samples: int = 1  # R: time-series ring size (>= windows per compiled call when sampling)
     n_tasks: int = 1  # T: tasks of the workload's DAG (1 dummy without one)
     task_deps: int = 1  # D: most dependencies of one task
+    path_len: int = 1  # Hp: links of the longest flow path (source NIC to destination), ECMP or pinned
+    steady_window: int = 1  # L: rate samples kept per flow (hybrid.window; 1 when no experiment is hybrid)
 
     @property
     def n_slots(self) -> int:

@@ -247,7 +247,8 @@ class HybridRestore(enum.StrEnum):
 
     freeze = "freeze"  # as it was when the phase began (its packets stayed where they were)
     empty = "empty"  # drained: its packets are delivered at re-entry
-    last = "last"  # the depth last sampled before the phase
+    last = "last"  # the depth last sampled before the phase (a partition freezes at a sample: = freeze)
+    mean = "mean"  # the mean depth of the last hybrid.window samples (averages a sawtooth queue)
 
 
 # --- Groups --------------------------------------------------------------------------------

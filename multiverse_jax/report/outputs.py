@@ -14,8 +14,9 @@
   (-1, ``units.NOT_YET_PS``, where a flow never started or finished);
 * ``fct_cdf.png`` (when ``plots``): the empirical CDF of the flow completion times;
 * when the result has time series (``sim.sample_interval_us`` > 0):
-  ``timeseries_flows.parquet`` (``time_us, flow_id, rate_gbps, window_bytes, rx_bytes``: one
-  row per sample and flow), ``timeseries_ports.parquet`` (``time_us, port, src_node,
+  ``timeseries_flows.parquet`` (``time_us, flow_id, rate_gbps, window_bytes, rx_bytes,
+  steady``: one row per sample and flow; ``steady``: the flow was steady or advancing at
+  flow level, ``sim.mode=hybrid``), ``timeseries_ports.parquet`` (``time_us, port, src_node,
   dst_node, queue_bytes``: one row per sample and egress port) and, when ``plots``,
   ``timeseries.png`` (``plot_timeseries``; ``multiverse-jax-plot`` redraws it from the two
   parquet files);
@@ -45,7 +46,7 @@ FCT_COLUMNS = (
 FLOW_SERIES_FILE = "timeseries_flows.parquet"
 PORT_SERIES_FILE = "timeseries_ports.parquet"
 TIMESERIES_PLOT_FILE = "timeseries.png"
-FLOW_SERIES_COLUMNS = ("time_us", "flow_id", "rate_gbps", "window_bytes", "rx_bytes")
+FLOW_SERIES_COLUMNS = ("time_us", "flow_id", "rate_gbps", "window_bytes", "rx_bytes", "steady")
 PORT_SERIES_COLUMNS = ("time_us", "port", "src_node", "dst_node", "queue_bytes")
 MAX_PLOTTED_FLOWS = 16  # more flows: plot an evenly spaced sample of this many, plus the mean
 
@@ -131,12 +132,20 @@ def _plot_rates(ax, flow_series, title: str, flows) -> None:
 
     f_time = np.asarray(flow_series["time_us"], float)
     rate = np.asarray(flow_series["rate_gbps"], float)
-    lines = _flow_lines(f_time, np.asarray(flow_series["flow_id"]).astype(np.int64), rate)
+    flow_id = np.asarray(flow_series["flow_id"]).astype(np.int64)
+    lines = _flow_lines(f_time, flow_id, rate)
+    steady = np.asarray(flow_series.get("steady", np.zeros(len(rate), bool)), bool)
+    steady_lines = _flow_lines(f_time, flow_id, steady.astype(float))
     shown_ids, show_mean = _shown_flows(lines, flows)
     palette = matplotlib.colormaps["tab20" if len(shown_ids) > 10 else "tab10"]
     for k, i in enumerate(shown_ids):
         t, v = lines[i]
         ax.plot(t, v, lw=1.0, color=palette(k % palette.N), label=f"flow {i}")
+        # sim.mode=hybrid: a thick band from each steady sample to the next (the jump it took).
+        held = steady_lines[i][1] > 0
+        held = held | np.concatenate([[False], held[:-1]])
+        if held.any():
+            ax.plot(t, np.where(held, v, np.nan), lw=5.0, alpha=0.3, color=palette(k % palette.N))
     if show_mean:
         times, inverse = np.unique(f_time, return_inverse=True)
         mean = np.bincount(inverse, weights=rate) / np.bincount(inverse)
@@ -146,6 +155,8 @@ def _plot_rates(ax, flow_series, title: str, flows) -> None:
     else:
         ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
     sampled = f" ({len(shown_ids)} of {len(lines)} flows)" if show_mean else ""
+    if steady.any():
+        sampled += "; thick: steady, at flow level"
     ax.set_ylabel("sending rate (Gb/s)")
     ax.set_title(f"{title}: sending rate{sampled}" if title else f"sending rate{sampled}", fontsize="medium")
     ax.set_ylim(bottom=0)

@@ -2,7 +2,9 @@
 
 The next window starts at the window end, or later if the experiment's next event (a
 packet arrival, a flow allowed to send, a flow start) is later than that: an idle
-network jumps straight to its next event. A finished (or failed) experiment's clock stops.
+network jumps straight to its next event. In hybrid mode a frozen partition's events lie
+far in the future (``ops/freeze.py``) and its planned thaw is an event: an experiment whose
+active flows are all frozen jumps to the earliest thaw or flow start. A finished (or failed) experiment's clock stops.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from multiverse_jax.ops.packets import in_flight, queued
 def clock(params: Params, state: State, window_end_ps) -> State:
     pkts = state.packets
     next_arrival = jnp.min(jnp.where(in_flight(pkts), pkts.pkt_time_ps, NEVER))
-    anything_queued = jnp.any(queued(pkts))
+    frozen = state.steady.frozen[pkts.pkt_flow]  # hybrid mode: a frozen partition's queues wait for its thaw
+    anything_queued = jnp.any(queued(pkts) & ~frozen)
     sendable, ready_ps = nic.sendable_and_ready(params, state)
     next_send = jnp.min(jnp.where(sendable, ready_ps, NEVER))
     next_event = jnp.minimum(jnp.minimum(next_arrival, next_send), jnp.where(anything_queued, window_end_ps, NEVER))
     next_event = jnp.minimum(next_event, cc.next_timer_ps(params, state))
     next_event = jnp.minimum(next_event, pfc.next_release_ps(params, state, window_end_ps))
+    next_event = jnp.minimum(next_event, jnp.min(jnp.where(state.steady.frozen, state.steady.thaw_at_ps, NEVER)))
     stalled = ~state.done & (next_event == NEVER)
     stopped = state.done | stalled | (state.error != 0)  # a failed experiment stops where it failed
     next_time = jnp.where(stopped, state.time_ps, jnp.maximum(window_end_ps, next_event))

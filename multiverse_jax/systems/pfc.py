@@ -38,6 +38,7 @@ def _window_traffic(params: Params, state: State, window_end_ps):
     pkts = state.packets
     window_start_ps = window_end_ps - params.window_ps
     counted, left_ps = counted_until_ps(params, pkts)
+    counted = counted & ~state.steady.frozen[pkts.pkt_flow]  # a frozen partition's links hold their state
     size = pkts.pkt_bytes.astype(jnp.int64)
     left_now = counted & pkts.pkt_in_flight & (left_ps >= window_start_ps) & (left_ps < window_end_ps)
     not_yet_left = ~pkts.pkt_in_flight | (left_ps >= window_start_ps)
@@ -141,10 +142,14 @@ def pfc(params: Params, state: State, window_end_ps) -> State:
     decided, states, pauses, n_changes = jax.lax.cond(
         _could_change(params, state, traffic), _decisions, _no_decisions, params, state, window_end_ps, traffic
     )
+    # A frozen partition's links (hybrid mode) keep their history as it was: it moves with their thaw.
+    frozen = (state.steady.port_frozen_label >= 0)[:, None]
+    decided_ps = jnp.concatenate([links.pfc_decided_ps[:, PFC_ENTRIES_PER_WINDOW:], decided], axis=1)
+    paused = jnp.concatenate([links.pfc_paused[:, PFC_ENTRIES_PER_WINDOW:], states], axis=1)
     return state.replace(
         links=links.replace(
-            pfc_decided_ps=jnp.concatenate([links.pfc_decided_ps[:, PFC_ENTRIES_PER_WINDOW:], decided], axis=1),
-            pfc_paused=jnp.concatenate([links.pfc_paused[:, PFC_ENTRIES_PER_WINDOW:], states], axis=1),
+            pfc_decided_ps=jnp.where(frozen, links.pfc_decided_ps, decided_ps),
+            pfc_paused=jnp.where(frozen, links.pfc_paused, paused),
             pfc_pause_count=links.pfc_pause_count + pauses.astype(jnp.int32),
         ),
         error=state.error | jnp.where(jnp.any(n_changes > PFC_ENTRIES_PER_WINDOW), ERROR_PFC_TOGGLES, 0),

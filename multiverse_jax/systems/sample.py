@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.ops.packets import port_queue_bytes
+from multiverse_jax.ops.steady import steady_rates
 
 
 def sample(params: Params, state: State, window_end_ps) -> State:
@@ -20,6 +21,7 @@ def sample(params: Params, state: State, window_end_ps) -> State:
     # Not due: write to an index past the ring (dropped), so nothing changes.
     at = jnp.where(due, smp.sample_count % n_ring, n_ring)
     queue_bytes = port_queue_bytes(params, state.packets)
+    steady_now = state.steady.frozen | steady_rates(params, state)[0]
     interval = params.sample_interval_ps
     following = smp.next_sample_ps + interval * ((window_end_ps - smp.next_sample_ps) // interval + 1)
     smp = smp.replace(
@@ -30,6 +32,7 @@ def sample(params: Params, state: State, window_end_ps) -> State:
         sample_flow_window_bytes=smp.sample_flow_window_bytes.at[at].set(state.cc.flow_window_bytes, mode="drop"),
         sample_flow_rx_bytes=smp.sample_flow_rx_bytes.at[at].set(state.flows.flow_rx_bytes, mode="drop"),
         sample_port_queue_bytes=smp.sample_port_queue_bytes.at[at].set(queue_bytes, mode="drop"),
+        sample_flow_steady=smp.sample_flow_steady.at[at].set(steady_now & params.steady.hybrid, mode="drop"),
     )
     return state.replace(samples=smp)
 
