@@ -129,6 +129,7 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
         "flow_level_us": flow_level_ps / PS_PER_US,  # time spent frozen, advancing at flow level (sim.mode=hybrid)
         "flow_level_share": np.where(fct_ps > 0, flow_level_ps / np.maximum(fct_ps, 1), 0.0),
         "steady_phases": np.asarray(state.steady.flow_jumps[e, :n]),
+        "steady_rate_gbps": np.asarray(state.steady.steady_rate[e, :n]) * 8e3,  # bytes/ps -> Gb/s: its last phase's rate
     }
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from conftest import SMALL
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
-from multiverse_jax.conf.schema import SimConfig
+from multiverse_jax.conf.schema import HybridConfig, SimConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.simulate import results
 from multiverse_jax.topology.graph import from_cables
@@ -102,6 +102,27 @@ def pinned_routes(draw, topo, flows):
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(networks(), min_size=1, max_size=3))
 def test_conservation_and_monotone_clocks(experiments):
+    check_invariants(experiments)
+
+
+# Hybrid mode at its most eager: two samples half a microsecond apart make a flow steady, so
+# even these small flows freeze and thaw many times (and every restore policy drains or keeps
+# queues), and the invariants must hold across every phase.
+EAGER = dict(theta=0.5, window=2, sample_interval_us=0.5)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(networks(), min_size=1, max_size=3), st.sampled_from(["freeze", "empty", "last", "mean"]))
+def test_conservation_in_hybrid_mode(experiments, restore):
+    hybrid = [
+        dataclasses.replace(e, sim=dataclasses.replace(e.sim, mode="hybrid"), hybrid=HybridConfig(restore=restore, **EAGER))
+        for e in experiments
+    ]
+    check_invariants(hybrid)
+
+
+def check_invariants(experiments):
+    """Run ``experiments`` as one batch and check every invariant; the final state."""
     batch = build_batch(experiments, static=SHAPES, slots_per_host=SHAPES.slots_per_host)
     clocks = [np.asarray(batch.state.time_ps)]
     state, _ = engine.run(
@@ -125,3 +146,4 @@ def test_conservation_and_monotone_clocks(experiments):
         expected_packets = -(-experiments[e].flows.size_bytes // 4096)
         np.testing.assert_array_equal(fs.flow_rx_packets[e, :count], expected_packets)
         np.testing.assert_array_equal(fs.flow_acked_packets[e, :count], expected_packets)
+    return state

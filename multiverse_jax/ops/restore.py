@@ -13,7 +13,8 @@ ports is rebuilt to a depth chosen by the policy from the port's sampled depth h
 
 A queue is only ever drained, never grown: the packets taken off its tail are delivered
 at re-entry, credited to their flows as received and acknowledged, so every byte is still
-delivered exactly once (a restorer that grows a queue must take the packets from its
+delivered exactly once; a link that PFC paused and whose ingress now holds less than XON
+resumes at the re-entry (``resume_drained_links``) (a restorer that grows a queue must take the packets from its
 flows' unsent bytes: the next issue's learned restorer).
 """
 
@@ -23,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.ops.pfc import counted_until_ps
 from multiverse_jax.ops.segments import count_by
 
 RESTORE_FREEZE, RESTORE_EMPTY, RESTORE_LAST, RESTORE_MEAN = 0, 1, 2, 3
@@ -68,4 +70,24 @@ def drain_queues(params: Params, state: State, port_mask, target_bytes) -> State
             flow_rx_bytes=flows.flow_rx_bytes + count_by(data, pkts.pkt_flow, n_flows, payload),
             flow_acked_packets=flows.flow_acked_packets + count_by(drained, pkts.pkt_flow, n_flows),
         ),
+    )
+
+
+def resume_drained_links(params: Params, state: State, link_mask, now_ps) -> State:
+    """Resume, at ``now_ps`` (P,), each link of ``link_mask`` (P,) that PFC holds paused while
+    its ingress count is below XON: draining took the count down without the departure
+    events that would have resumed it."""
+    pkts, links, n_ports = state.packets, state.links, params.static.n_ports
+    counted, until_ps = counted_until_ps(params, pkts)
+    ingress = jnp.maximum(pkts.pkt_ingress, 0)
+    held = counted & (~pkts.pkt_in_flight | (until_ps > now_ps[ingress]))
+    held_bytes = count_by(held, ingress, n_ports, pkts.pkt_bytes.astype(jnp.int64))
+    resume = link_mask & links.pfc_paused[:, -1] & (held_bytes < params.links.link_pfc_xon_bytes)
+    decided = jnp.concatenate([links.pfc_decided_ps[:, 1:], now_ps[:, None]], axis=1)
+    paused = jnp.concatenate([links.pfc_paused[:, 1:], jnp.zeros((n_ports, 1), bool)], axis=1)
+    return state.replace(
+        links=links.replace(
+            pfc_decided_ps=jnp.where(resume[:, None], decided, links.pfc_decided_ps),
+            pfc_paused=jnp.where(resume[:, None], paused, links.pfc_paused),
+        )
     )

@@ -32,7 +32,7 @@ from multiverse_jax.ops.freeze import advance_flows, move_times
 from multiverse_jax.ops.partitions import partition_labels
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE, port_queue_bytes
 from multiverse_jax.ops.paths import flow_ports
-from multiverse_jax.ops.restore import RESTORE_FREEZE, drain_queues, restored_depth
+from multiverse_jax.ops.restore import RESTORE_FREEZE, drain_queues, restored_depth, resume_drained_links
 from multiverse_jax.ops.steady import steady_rates
 from multiverse_jax.units import NEVER
 
@@ -213,25 +213,25 @@ def _thaw(params: Params, state: State, window_end_ps) -> State:
     port_delta = jnp.where(port_thaws, delta_by_label[jnp.maximum(port_label, 0)], 0)
     offset = jnp.int64(FROZEN_OFFSET_PS)
     state = move_times(state, thawing, delta_ps - offset, port_thaws, port_delta - offset, thawing=True)
-    links = state.links
-    decided = links.pfc_decided_ps
+    decided = state.links.pfc_decided_ps
     decided = jnp.where(port_thaws[:, None] & (decided >= 0), decided + port_delta[:, None], decided)
+    state = state.replace(links=state.links.replace(pfc_decided_ps=decided))
     # Credit the packets each flow sent at its steady rate.
     payload = params.payload_bytes.astype(jnp.float64)
     sent = jnp.floor(st.steady_rate * delta_ps.astype(jnp.float64) / payload)
     sent = jnp.minimum(sent, _jumpable_packets(params, state).astype(jnp.float64)).astype(jnp.int32)
     state = advance_flows(params, state, thawing, sent)
+    port_thaw_ps = thaw_ps[jnp.maximum(port_label, 0)]  # a partition is named by one of its flows
     state = jax.lax.cond(
         params.steady.restore == RESTORE_FREEZE,
         lambda s: s,
-        lambda s: drain_queues(params, s, port_thaws, s.steady.port_restore_bytes),
+        lambda s: _restore(params, s, port_thaws, port_thaw_ps),
         state,
     )
     hops = jnp.sum(flow_ports(params) >= 0, axis=1).astype(jnp.int64)
     flow = jnp.arange(n_flows)
     st = state.steady
     return state.replace(
-        links=links.replace(pfc_decided_ps=decided),
         steady=st.replace(
             frozen=st.frozen & ~thawing,
             frozen_label=jnp.where(thawing, -1, st.frozen_label),
@@ -244,6 +244,12 @@ def _thaw(params: Params, state: State, window_end_ps) -> State:
             n_thaws=st.n_thaws + jnp.sum(thawing & (st.frozen_label == flow)).astype(jnp.int32),
         ),
     )
+
+
+def _restore(params: Params, state: State, port_mask, now_ps) -> State:
+    """Rebuild the queues of the ports of ``port_mask`` (P,) to their restore depths at ``now_ps`` (P,)."""
+    state = drain_queues(params, state, port_mask, state.steady.port_restore_bytes)
+    return resume_drained_links(params, state, port_mask, now_ps)
 
 
 def thaw(params: Params, state: State, window_end_ps) -> State:

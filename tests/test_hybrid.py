@@ -1,0 +1,140 @@
+"""Hybrid mode (sim.mode=hybrid) against packet mode, its ground truth: steady partitions
+freeze and jump at their measured rates, and thaw when something touches them."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import SMALL
+from multiverse_jax import engine
+from multiverse_jax.batch import build_batch
+from multiverse_jax.conf.schema import HybridConfig, SimConfig
+from multiverse_jax.experiment import Experiment
+from multiverse_jax.simulate import results, simulate
+from multiverse_jax.topology.fattree import fattree
+from multiverse_jax.units import PS_PER_US
+from multiverse_jax.workload.flows import make_flows
+
+SHAPES = dataclasses.replace(SMALL, slots_per_host=512, int_hops=5)  # cc=none queues a shared bottleneck under PFC; HPCC telemetry
+MB = 1_000_000
+TOPOLOGY = fattree(4, 100.0, 1.0)
+
+
+def elephants(cc: str, mode: str, scale: float = 0.25, **hybrid) -> Experiment:
+    """Four elephants on a k=4 fat-tree at 100 Gb/s: flows 0 and 1 share host 4's downlink,
+    flows 2 and 3 run alone (the issue's 50-200 MB, scaled to keep packet mode CPU-sized)."""
+    sizes = (np.array([50, 100, 150, 200]) * MB * scale).astype(np.int64)
+    flows = make_flows([0, 1, 2, 3], [4, 4, 8, 12], sizes)
+    return Experiment(TOPOLOGY, flows, cc=cc, sim=SimConfig(mode=mode, sample_interval_us=0), hybrid=HybridConfig(**hybrid))
+
+
+def run(experiments, steps_per_call: int = 64):
+    return simulate(experiments, slots_per_host=SHAPES.slots_per_host, static=SHAPES, steps_per_call=steps_per_call)
+
+
+@pytest.fixture(scope="module")
+def elephant_runs():
+    """Packet and hybrid elephants under none, hpcc and dcqcn, as one batch (one program: a
+    batch may mix packet and hybrid experiments)."""
+    ccs = ("none", "hpcc", "dcqcn")
+    out = run([elephants(cc, mode) for cc in ccs for mode in ("packet", "hybrid")])
+    return {cc: (out[2 * i], out[2 * i + 1]) for i, cc in enumerate(ccs)}
+
+
+# Windows executed, packet / hybrid, measured at this scale (benchmarks/hybrid_speedup.py
+# has the issue's full sizes): cc=none jumps over almost everything; HPCC's slowly converging
+# fairness ends phases early (the drift horizon); DCQCN's sawtooth is not steady at θ = 5 %.
+MIN_WINDOW_RATIO = {"none": 6.0, "hpcc": 2.0, "dcqcn": 1.0}
+
+
+@pytest.mark.parametrize("cc", ["none", "hpcc", "dcqcn"])
+def test_elephants_within_one_percent_of_packet_mode(elephant_runs, cc):
+    packet, hybrid = elephant_runs[cc]
+    assert packet.ok and hybrid.ok, (packet.summary, hybrid.summary)
+    error = np.abs(hybrid.flows["fct_ps"] / packet.flows["fct_ps"] - 1)
+    assert error.max() < 0.01, error
+    np.testing.assert_array_equal(hybrid.flows["rx_bytes"], packet.flows["rx_bytes"])  # every byte, once
+    ratio = packet.summary["n_windows"] / hybrid.summary["n_windows"]
+    assert ratio >= MIN_WINDOW_RATIO[cc], ratio
+    assert packet.summary["steady_entries"] == 0 and packet.summary["packet_hops_skipped"] == 0
+    assert hybrid.summary["steady_entries"] == hybrid.summary["steady_exits"] >= 1
+    assert hybrid.summary["packet_hops_skipped"] > 0
+    assert np.all(hybrid.flows["flow_level_share"] <= 1.0)
+
+
+def test_lone_elephants_jump_at_their_line_rate(elephant_runs):
+    """cc=none: the measured steady rate (kept after the run: the rate of a flow's last phase)
+    of a flow alone is its line rate's goodput, and of the pair that shares a link half of
+    it, within Wormhole's bound θ / (1 - θ) (Theorem 2); the lone flows jump once, for most
+    of their life."""
+    _, hybrid = elephant_runs["none"]
+    theta = HybridConfig().theta
+    rate_gbps = hybrid.flows["steady_rate_gbps"]
+    goodput = 100.0 * 9000 / (9000 + 48)
+    phases = hybrid.flows["steady_phases"]
+    expected = np.array([goodput / 2, goodput / 2 if phases[1] == 1 else goodput, goodput, goodput])
+    assert np.all(np.abs(rate_gbps / expected - 1) < theta / (1 - theta)), rate_gbps
+    np.testing.assert_array_equal(phases[2:], 1)
+    assert np.all(hybrid.flows["flow_level_share"][2:] > 0.9)
+
+
+def test_batch_equals_each_run_alone():
+    """Two hybrid experiments that jump at different times, batched, each bit for bit as alone."""
+    experiments = [elephants("none", "hybrid", scale=0.05), elephants("hpcc", "hybrid", scale=0.05)]
+    together = run(experiments)
+    for exp, batched in zip(experiments, together):
+        alone = run([exp])[0]
+        np.testing.assert_array_equal(batched.flows["finish_ps"], alone.flows["finish_ps"])
+        np.testing.assert_array_equal(batched.flows["flow_level_us"], alone.flows["flow_level_us"])
+        assert batched.summary["n_windows"] == alone.summary["n_windows"]
+
+
+def late_flow(with_late: bool):
+    """Flow 0 (h0 -> h4) alone on its path and flow 2 (h2 -> h8) on another; with ``with_late``,
+    flow 1 (h1 -> h4) starts at 1 ms, while flow 0 is frozen, and shares flow 0's ports."""
+    src, dst, size, start = [0, 2], [4, 8], [20 * MB, 20 * MB], [0, 0]
+    if with_late:
+        src, dst, size, start = [0, 1, 2], [4, 4, 8], [20 * MB, 2 * MB, 20 * MB], [0, 1000 * PS_PER_US, 0]
+    return Experiment(TOPOLOGY, make_flows(src, dst, size, start), sim=SimConfig(mode="hybrid", sample_interval_us=0))
+
+
+def test_a_flow_starting_in_a_steady_phase_ends_it_at_its_start():
+    exp = late_flow(True)
+    start_ps = int(exp.flows.start_ps[1])
+    batch = build_batch([exp], static=SHAPES, slots_per_host=SHAPES.slots_per_host)
+    state = batch.state
+    while int(state.time_ps[0]) < start_ps:  # one window (or jump) at a time, up to the late start
+        state = engine.advance(batch.params, state, 1)
+    assert int(state.time_ps[0]) == start_ps, "the clock jumps to the late flow's start"
+    frozen = np.asarray(state.steady.frozen[0])
+    assert frozen[0] and frozen[2], "flows 0 and 2 should be frozen when flow 1 starts"
+    frozen_since_ps = int(state.steady.frozen_since_ps[0, 0])
+    state = engine.advance(batch.params, state, 1)  # the window the late flow starts in
+    steady = jax.device_get(state.steady)
+    assert not steady.frozen[0, 0], "flow 0's phase ends when a flow crossing its ports starts"
+    assert steady.frozen[0, 2], "flow 2's partition is not touched"
+    assert steady.flow_level_ps[0, 0] == start_ps - frozen_since_ps
+
+
+def test_untouched_partitions_are_unaffected():
+    """Flow 2 shares no port with the late flow: its completion is the same, bit for bit."""
+    with_late, without = run([late_flow(True), late_flow(False)])
+    assert with_late.ok and without.ok
+    assert with_late.flows["finish_ps"][2] == without.flows["finish_ps"][1]
+
+
+@pytest.mark.parametrize("restore", ["empty", "mean"])
+def test_restore_policies_keep_every_byte(restore):
+    """Re-entry that drains queues (and resumes the links PFC paused for them) still delivers
+    every byte once. Draining the pair's standing PFC queues at re-entry delivers them early:
+    their FCTs come out short of freeze's (measured: 28 % and 19 % with ``empty``, 9 % and 6 %
+    with ``mean``; HyGra reports 15-27 % without restoration, Table IV); the lone flows, with
+    no queue, are unchanged."""
+    freeze, other = run([elephants("none", "hybrid", scale=0.05), elephants("none", "hybrid", scale=0.05, restore=restore)])
+    assert other.ok, other.summary
+    np.testing.assert_array_equal(other.flows["rx_bytes"], freeze.flows["rx_bytes"])
+    change = other.flows["fct_ps"] / freeze.flows["fct_ps"] - 1
+    assert np.all(change[:2] < 0), change
+    np.testing.assert_array_equal(change[2:], 0)
