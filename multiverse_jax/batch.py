@@ -18,6 +18,7 @@ import numpy as np
 from multiverse_jax.components.experiment import Params, State, experiment_params, initial_state
 from multiverse_jax.components.static import Static
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
+from multiverse_jax.conf.schema import SimMode
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 
@@ -58,6 +59,15 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         pinned = e.routes.max_links - 1 if e.routes is not None else 0
         return max(hops, pinned)
 
+    def path_len(e):
+        """Links of the experiment's longest data or ACK path (1 unless it runs at flow level)."""
+        if e.sim.mode != SimMode.flow:
+            return 1
+        there = e.routing.hops[e.flows.src, e.flows.dst].max(initial=1)
+        back = e.routing.hops[e.flows.dst, e.flows.src].max(initial=1)
+        pinned = e.routes.max_links if e.routes is not None else 1
+        return int(max(there, back, pinned))
+
     # PFC decisions still travelling cover the longest link delay: that many windows and two
     # more, each window appending PFC_ENTRIES_PER_WINDOW entries per link.
     windows = biggest(lambda e: math.ceil(int(e.topology.link_delay_ps.max()) / int(e.topology.link_delay_ps.min())) + 2)
@@ -78,7 +88,21 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         n_samples=n_samples if any(e.sim.sample_interval_us > 0 for e in experiments) else 1,
         n_tasks=max(1, biggest(lambda e: len(e.tasks) if e.tasks is not None else 0)),
         task_deps=max(1, biggest(lambda e: e.tasks.deps.shape[1] if e.tasks is not None else 0)),
+        path_len=biggest(path_len),
+        flow_level=_flow_level(experiments),
     )
+
+
+def _flow_level(experiments) -> bool:
+    """Whether the batch runs the flow-level step: all its experiments, or none, have
+    ``sim.mode=flow`` (packet and hybrid experiments share the packet step)."""
+    flow = {e.sim.mode == SimMode.flow for e in experiments}
+    if len(flow) > 1:
+        raise InputError(
+            "sim.mode=flow experiments cannot share a batch with packet or hybrid ones "
+            "(run them as separate batches; simulate_many groups them apart)"
+        )
+    return flow.pop()
 
 
 def needed_static(experiments, *, slots_per_host: int = 256, n_samples: int = 64) -> Static:
@@ -108,6 +132,11 @@ def build_batch(
     if static is None:
         static = needed
     else:
+        if static.flow_level != needed.flow_level:
+            raise InputError(
+                f"the given shapes are for the {'flow' if static.flow_level else 'packet'}-level step, "
+                f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
+            )
         small = [f.name for f in dataclasses.fields(Static) if getattr(static, f.name) < getattr(needed, f.name)]
         if small:
             raise InputError(f"the given shapes are too small for this batch: {', '.join(small)}")

@@ -46,6 +46,8 @@ class FlowState:
     flow_finish_ps: chex.Array  # (F,) int64 sender has the last ACK (NEVER until then)
     flow_last_send_ps: chex.Array  # (F,) int64 start of the flow's latest packet (-1: none yet)
     flow_flowlet: chex.Array  # (F,) uint32 flowlets the flow has started (LB_FLOWLET)
+    flow_unsent_bytes: chex.Array  # (F,) float64 flow mode: wire bytes (payload + headers) the source has
+    #   yet to send at its fluid rate (``systems/fluid.py``); unused by the packet step
 
 
 def flow_hash(seed: int, n_flows: int) -> np.ndarray:
@@ -103,4 +105,11 @@ def initial_flow_state(exp: Experiment, s: Static) -> FlowState:
         flow_finish_ps=np.full(n, NEVER, np.int64),
         flow_last_send_ps=np.full(n, -1, np.int64),
         flow_flowlet=np.zeros(n, np.uint32),
+        flow_unsent_bytes=pad(wire_bytes(exp).astype(np.float64), (n,), 0.0),
     )
+
+
+def wire_bytes(exp: Experiment) -> np.ndarray:
+    """(n,) int64 bytes each flow puts on the wire: its payload and one header per packet."""
+    size, payload = exp.flows.size_bytes.astype(np.int64), exp.packet.payload_bytes
+    return size + (-(-size // payload)) * exp.packet.header_bytes

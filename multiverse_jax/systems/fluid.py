@@ -1,0 +1,133 @@
+"""Fluid: the flow-level step (``sim.mode=flow``). No packets: every active flow sends at
+its max-min fair rate until the next event, when the rates are computed anew.
+
+At the current time ``t``, the active flows are those that have begun and still have
+bytes to send. Their rates are the max-min fair shares of the link capacities along their
+data paths (``ops.maxmin``: strict priority classes, class 0 first; equal weights within a
+class), on the path per-flow ECMP or a pinned route gives them (``ops.paths``; congestion
+control, load balancing other than per-flow ECMP, queues, PFC and ECN are not modelled).
+The next event is the earliest of: an active flow sending its last byte at its rate, a
+flow beginning (at a known time: by time, trigger or task). Every active flow advances to
+it, and the rates change only there.
+
+Bytes and times. A flow sends its wire bytes (payload plus one header per packet, as the
+packet engine puts on the wire) as a fluid from its NIC; the instant it has sent them
+(rounded up to the picosecond) its last packet has left the NIC. The receiver has the last
+byte (``flow_rx_finish_ps``) once the data has crossed the path store-and-forward at
+each link's full rate: the propagation delays of every link, plus the serialisation of the
+flow's largest packet on every link after the first (the pipeline's fill: each switch
+holds a packet until its last bit is in; the first link's serialisation is inside the
+fluid drain). On links of equal rates this is exactly the packet pipeline's closed form,
+(all packets + (hops - 1) largest packets) x 8 / rate + delays. The
+sender has the last ACK (``flow_finish_ps``) one ACK path later: each link's ACK
+serialisation and delay. So a flow alone on a path of equal rates finishes exactly as in
+the packet engine (the store-and-forward closed form); under contention the fluid ignores
+queueing and the packet-level interleaving. FCT = ``flow_finish_ps - flow_begin_ps``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from multiverse_jax.components.experiment import ERROR_STALLED, Params, State
+from multiverse_jax.ops.maxmin import maxmin_rates
+from multiverse_jax.ops.packets import PS_BITS_PER_BYTE, serialization_ps
+from multiverse_jax.ops.paths import flow_paths
+from multiverse_jax.units import NEVER
+
+# Float rounding can put a whole number of ps a hair above itself (4160 bytes at 100 Gb/s:
+# 332800.00000000006 ps); taking this relative slack off before rounding up keeps it whole.
+# 1e-13 is ~450 ulp, and under 1 ps up to 10 s of simulated time.
+DRAIN_SLACK = 1e-13
+LONGEST_DRAIN_PS = 1 << 61  # a drain this far away (a starved or near-starved flow) counts as never
+
+
+def fluid(params: Params, state: State, window_end_ps) -> State:
+    """Advance every active flow to the next event (``window_end_ps`` unused: no windows).
+    A finished experiment is left as it is; one with no next event stalls."""
+    return jax.lax.cond(state.done, lambda: state, lambda: to_next_event(params, state))
+
+
+def to_next_event(params: Params, state: State) -> State:
+    fp, fs, now = params.flows, state.flows, state.time_ps
+    data_ports, ack_ports = flow_paths(params)
+    active = fp.flow_valid & (fs.flow_begin_ps <= now) & (fs.flow_rx_finish_ps == NEVER)
+    rate_bps = maxmin_rates(data_ports, active, fp.flow_priority, params.links.link_rate_bps.astype(jnp.float64))
+    drain_ps = drain_time_ps(fs.flow_unsent_bytes, rate_bps, active)  # (F,) from now; NEVER: not draining
+    later = fp.flow_valid & (fs.flow_begin_ps > now) & (fs.flow_begin_ps != NEVER)
+    next_begin = jnp.min(jnp.where(later, fs.flow_begin_ps, NEVER))
+    first_drain = jnp.min(drain_ps)
+    event = jnp.minimum(next_begin, jnp.where(first_drain == NEVER, NEVER, now + first_drain))
+    stalled = event == NEVER
+    elapsed_ps = jnp.where(stalled, 0, event - now)
+    drained = active & (drain_ps <= elapsed_ps)
+    sent_bytes = rate_bps * elapsed_ps / PS_BITS_PER_BYTE
+    unsent = jnp.where(active, jnp.maximum(fs.flow_unsent_bytes - sent_bytes, 0.0), fs.flow_unsent_bytes)
+    rx_finish = event + data_tail_ps(params, data_ports)
+    finish = rx_finish + ack_path_ps(params, ack_ports)
+    n_packets = fp.flow_n_packets
+    flows = fs.replace(
+        flow_unsent_bytes=jnp.where(drained, 0.0, unsent),
+        flow_rx_finish_ps=jnp.where(drained, rx_finish, fs.flow_rx_finish_ps),
+        flow_finish_ps=jnp.where(drained, finish, fs.flow_finish_ps),
+        flow_sent_packets=jnp.where(drained, n_packets, fs.flow_sent_packets),
+        flow_rx_packets=jnp.where(drained, n_packets, fs.flow_rx_packets),
+        flow_acked_packets=jnp.where(drained, n_packets, fs.flow_acked_packets),
+        flow_rx_bytes=jnp.where(drained, fp.flow_size_bytes, fs.flow_rx_bytes),
+    )
+    tx_bytes = wire_bytes_sent(params, drained, data_ports, ack_ports)
+    return state.replace(
+        time_ps=jnp.where(stalled, now, event),
+        flows=flows,
+        ports=state.ports.replace(port_tx_bytes=state.ports.port_tx_bytes + tx_bytes),
+        error=state.error | jnp.where(stalled, ERROR_STALLED, 0),
+    )
+
+
+def drain_time_ps(unsent_bytes, rate_bps, active):
+    """(F,) int64 ps until each active flow has sent ``unsent_bytes`` at ``rate_bps``,
+    rounded up; NEVER for flows not sending (inactive, or starved by a higher class)."""
+    sending = active & (rate_bps > 0)
+    exact_ps = unsent_bytes * PS_BITS_PER_BYTE / jnp.where(sending, rate_bps, 1.0)
+    exact_ps = jnp.minimum(exact_ps, LONGEST_DRAIN_PS)
+    ps = jnp.ceil(exact_ps - exact_ps * DRAIN_SLACK).astype(jnp.int64)
+    return jnp.where(sending & (ps < LONGEST_DRAIN_PS), ps, NEVER)
+
+
+def data_tail_ps(params: Params, data_ports):
+    """(F,) int64 from the last byte leaving the sender's NIC to the receiver having it:
+    every link's delay, and the largest packet's serialisation on every link but the first."""
+    fp = params.flows
+    largest_wire = jnp.minimum(fp.flow_size_bytes, params.payload_bytes) + params.header_bytes
+    not_first = jnp.arange(data_ports.shape[1]) >= 1
+    return path_ps(params, data_ports, jnp.where(not_first, largest_wire[:, None], 0))
+
+
+def ack_path_ps(params: Params, ack_ports):
+    """(F,) int64 an ACK's time from the receiver to the sender on an idle path."""
+    return path_ps(params, ack_ports, jnp.broadcast_to(params.ack_bytes, ack_ports.shape))
+
+
+def path_ps(params: Params, ports, wire_bytes):
+    """(F,) int64 the sum over each path's links (``ports`` (F, Hp), -1 padded) of the link
+    delay and the serialisation of ``wire_bytes`` (F, Hp) at the link's rate."""
+    on_path = ports >= 0
+    port = jnp.maximum(ports, 0)
+    link_ps = params.links.link_delay_ps[port] + serialization_ps(wire_bytes, params.links.link_rate_bps[port])
+    return jnp.sum(jnp.where(on_path, link_ps, 0), axis=1)
+
+
+def wire_bytes_sent(params: Params, drained, data_ports, ack_ports):
+    """(P,) int64 wire bytes the flows drained now put on each port: their data on the
+    data path, one ACK per packet on the ACK path (as the packet engine counts them)."""
+    fp = params.flows
+    data = fp.flow_size_bytes + fp.flow_n_packets.astype(jnp.int64) * params.header_bytes
+    acks = fp.flow_n_packets.astype(jnp.int64) * params.ack_bytes
+    n_ports = params.static.n_ports
+    ports = jnp.concatenate([data_ports, ack_ports], axis=1)
+    per_hop = jnp.concatenate(
+        [jnp.broadcast_to(data[:, None], data_ports.shape), jnp.broadcast_to(acks[:, None], ack_ports.shape)], axis=1
+    )
+    counted = drained[:, None] & (ports >= 0)
+    return jnp.zeros(n_ports, jnp.int64).at[jnp.where(counted, ports, n_ports)].add(per_hop, mode="drop")
