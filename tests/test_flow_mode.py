@@ -247,19 +247,58 @@ def test_maxmin_weights_split_a_shared_link():
 # --- Paths ------------------------------------------------------------------------------------
 
 
+def port_tx_bytes(experiment, static=None, slots_per_host=256):
+    """(P,) wire bytes each port sent over the experiment's run (its own batch)."""
+    batch = build_batch([experiment], static=static, slots_per_host=slots_per_host)
+    state, _ = engine.run(batch.params, batch.state)
+    assert bool(state.done[0]) and int(state.error[0]) == 0
+    return np.asarray(state.ports.port_tx_bytes[0])
+
+
+def pipeline_with_pinned_routes():
+    """examples/: a triggered .cm pipeline with pinned routes on a k=4 fat-tree."""
+    from test_cli import config
+
+    from multiverse_jax.config import experiment_from_config
+
+    examples = __import__("pathlib").Path(__file__).parent.parent / "examples"
+    cfg = config("workload.kind=cm", f"workload.path={examples / 'pipeline.cm'}", f"workload.routes={examples / 'routes_k4.csv'}")
+    return experiment_from_config(cfg)
+
+
 def test_flow_paths_carry_the_packet_engine_bytes():
     """Per port, flow mode's wire bytes (each flow's data on its data path, one ACK per
     packet on its ACK path) equal what the packet engine sent: the same ECMP paths."""
     flows = make_flows(np.arange(16), (np.arange(16) + 5) % 16, 30_000, np.arange(16) * 10 * US)
-    seeds = [SimConfig(seed=3), SimConfig(seed=3, mode="flow")]
-    packet = build_batch([Experiment(K4, flows, sim=seeds[0])], static=SMALL, slots_per_host=SMALL.slots_per_host)
-    fluid = build_batch([Experiment(K4, flows, sim=seeds[1])], static=FLOW_SMALL, slots_per_host=1)
-    packet_state, _ = engine.run(packet.params, packet.state)
-    fluid_state, _ = engine.run(fluid.params, fluid.state)
-    np.testing.assert_array_equal(packet_state.ports.port_tx_bytes, fluid_state.ports.port_tx_bytes)
-    data, ack = jax.jit(jax.vmap(flow_paths))(fluid.params)
+    packet = Experiment(K4, flows, sim=SimConfig(seed=3))
+    fluid = Experiment(K4, flows, sim=SimConfig(seed=3, mode="flow"))
+    np.testing.assert_array_equal(port_tx_bytes(packet, SMALL, SMALL.slots_per_host), port_tx_bytes(fluid, FLOW_SMALL, 1))
+    batch = build_batch([fluid], static=FLOW_SMALL, slots_per_host=1)
+    data, ack = jax.jit(jax.vmap(flow_paths))(batch.params)
     assert np.all(np.asarray(data)[0, :16, :6] >= 0) and np.all(np.asarray(data)[0, :16, 6:] == -1)
     assert np.all(np.asarray(ack)[0, 16:] == -1)  # padded flows have no path
+
+
+def test_pinned_routes_and_triggers():
+    """The pinned pipeline: the same per-port bytes as the packet engine (pinned paths),
+    and its triggers at flow level: a stage starts when the previous receiver has the
+    last byte; flow 5 at the barrier of flows 3 and 4's last ACKs."""
+    packet = pipeline_with_pinned_routes()
+    fluid = dataclasses.replace(packet, sim=FLOW)
+    np.testing.assert_array_equal(port_tx_bytes(packet), port_tx_bytes(fluid))
+    result = run_flow([fluid])[0].flows
+    rows = {int(i): k for k, i in enumerate(result["id"])}
+    assert result["start_ps"][rows[2]] == result["rx_finish_ps"][rows[1]]
+    assert result["start_ps"][rows[3]] == result["rx_finish_ps"][rows[2]]
+    assert result["start_ps"][rows[5]] == max(result["finish_ps"][rows[3]], result["finish_ps"][rows[4]])
+
+
+def test_new_experiments_same_shapes_do_not_recompile():
+    run_flow([flow_exp(parking_lot(), make_flows([0], [1], [10_000], 0))])
+    programs = engine.advance._cache_size()
+    other = from_cables("other", ["h0", "h1", "s"], 2, [(0, 2, 400, 0.5), (1, 2, 25, 2.0)])
+    result = run_flow([flow_exp(other, make_flows([0, 1], [1, 0], [5_000, 70_000], [0, 3 * US]))])[0]
+    assert engine.advance._cache_size() == programs and result.ok
 
 
 # --- Task workloads, batching rules, CLI ---------------------------------------------------
