@@ -8,7 +8,10 @@ class), on the path per-flow ECMP or a pinned route gives them (``ops.paths``; c
 control, load balancing other than per-flow ECMP, queues, PFC and ECN are not modelled).
 The next event is the earliest of: an active flow sending its last byte at its rate, a
 flow beginning (at a known time: by time, trigger or task). Every active flow advances to
-it, and the rates change only there.
+it, and the rates change only there. Task finishes are not events of their own: the
+``schedule`` system has already turned each known finish into the exact start times of
+the flows that wait on it, and those are. ``flow_clock`` fails an experiment whose clock
+passes ``sim.max_time_us``, as the packet clock does.
 
 Bytes and times. A flow sends its wire bytes (payload plus one header per packet, as the
 packet engine puts on the wire) as a fluid from its NIC; the instant it has sent them
