@@ -39,8 +39,8 @@ FLOW_SMALL = dataclasses.replace(SMALL, slots_per_host=1, path_len=8, flow_level
 PACKET_TASKS = dataclasses.replace(SMALL, n_tasks=32, task_deps=4)
 
 
-def run_flow(experiments):
-    return simulate(experiments, slots_per_host=1, static=FLOW_SMALL)
+def run_flow(experiments, batching="auto"):
+    return simulate(experiments, slots_per_host=1, static=FLOW_SMALL, batching=batching)
 
 
 def flow_exp(topology, flows, **kw):
@@ -142,18 +142,26 @@ def test_lone_flow_is_the_store_and_forward_closed_form(size):
     assert (result.flows["rx_finish_ps"][0], result.flows["finish_ps"][0]) == (rx, ack)
 
 
-def test_batch_equals_each_alone():
+@pytest.mark.parametrize("batching", ["map", "vmap"])
+def test_batch_equals_each_alone(batching):
     exps = [
         flow_exp(parking_lot(), make_flows([0, 2], [1, 3], [50_000, 9_000], [0, 2 * US])),
         flow_exp(two_bottlenecks(), make_flows([0, 1, 3], [4, 2, 5], [30_000, 70_000, 5_000], 0)),
         flow_exp(K4, make_flows(np.arange(8), np.arange(8, 16), 40_000, 0)),
     ]
-    together = run_flow(exps)
+    together = run_flow(exps, batching)
     for exp, batched in zip(exps, together):
-        alone = run_flow([exp])[0]
+        alone = run_flow([exp], batching)[0]
         for column in ("start_ps", "rx_finish_ps", "finish_ps", "rx_bytes"):
             np.testing.assert_array_equal(batched.flows[column], alone.flows[column])
         assert batched.summary["n_windows"] == alone.summary["n_windows"]
+
+
+def test_time_limit_fails_the_experiment():
+    """A 1 MB flow needs 80 µs at 100 Gb/s: with sim.max_time_us=50 it fails, naming the key."""
+    exp = Experiment(K4, make_flows([0], [15], [1_000_000], 0), sim=SimConfig(mode="flow", max_time_us=50.0))
+    result = run_flow([exp])[0]
+    assert not result.ok and "sim.max_time_us" in result.summary["error"]
 
 
 # --- The max-min operation ----------------------------------------------------------------

@@ -67,7 +67,7 @@ def _fill(flow_links, growing, weights, rates, residual):
     links = jnp.where(on_path, flow_links, n_links)  # padding scatters / gathers out of range
 
     def round_(carry):
-        growing, rates, residual = carry
+        growing, rates, residual, rounds = carry
         # Weight of the growing flows on each link: the link fills at that many units per unit of level.
         load = jnp.zeros(n_links, residual.dtype).at[links].add(
             jnp.where(on_path & growing[:, None], weights[:, None], 0), mode="drop"
@@ -78,7 +78,12 @@ def _fill(flow_links, growing, weights, rates, residual):
         rates = rates + jnp.where(growing, weights * step, 0)
         residual = jnp.where(full, 0, jnp.maximum(residual - load * step, 0))
         blocked = jnp.any(on_path & full.at[links].get(mode="fill", fill_value=False), axis=1)
-        return growing & ~blocked, rates, residual
+        return growing & ~blocked, rates, residual, rounds + 1
 
-    _, rates, residual = jax.lax.while_loop(lambda c: jnp.any(c[0]), round_, (growing, rates, residual))
+    # Each round fills a link that no later round of this class touches (all its flows
+    # freeze), so P rounds are enough; the bound also stops the loop on NaN capacities.
+    def filling(carry):
+        return jnp.any(carry[0]) & (carry[3] < n_links)
+
+    _, rates, residual, _ = jax.lax.while_loop(filling, round_, (growing, rates, residual, jnp.int32(0)))
     return rates, residual
