@@ -14,8 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import SMALL, store_and_forward_ps, wire_sizes
+from test_invariants import networks
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import SimConfig
@@ -23,7 +26,7 @@ from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops.maxmin import maxmin_rates
 from multiverse_jax.ops.paths import flow_paths
-from multiverse_jax.simulate import simulate
+from multiverse_jax.simulate import results, simulate
 from multiverse_jax.sweep.groups import simulate_many
 from multiverse_jax.topology import fattree
 from multiverse_jax.topology.graph import from_cables
@@ -35,7 +38,9 @@ GBPS = 10**9
 K4 = fattree(4, 100.0, 1.0)
 FLOW = SimConfig(mode="flow")
 # One shape for every flow-mode test (one compiled flow-level program); no packet pool needed.
-FLOW_SMALL = dataclasses.replace(SMALL, slots_per_host=1, path_len=8, flow_level=True, n_data_classes=2, n_tasks=32, task_deps=4)
+FLOW_SMALL = dataclasses.replace(
+    SMALL, slots_per_host=1, path_len=8, flow_level=True, n_data_classes=2, n_tasks=32, task_deps=4
+)
 PACKET_TASKS = dataclasses.replace(SMALL, n_tasks=32, task_deps=4)
 
 
@@ -164,6 +169,46 @@ def test_time_limit_fails_the_experiment():
     assert not result.ok and "sim.max_time_us" in result.summary["error"]
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(networks(), min_size=1, max_size=3))
+def test_random_networks_conserve_bytes_and_respect_capacity(experiments):
+    """Random topologies (mixed rates, pinned paths, trigger chains) at flow level: every
+    flow finishes with all its bytes, triggers fire at their activation, no flow drains
+    faster than its slowest link, and no link carries more data than its rate allows
+    over the run."""
+    experiments = [dataclasses.replace(e, sim=dataclasses.replace(e.sim, mode="flow")) for e in experiments]
+    static = dataclasses.replace(FLOW_SMALL, n_triggers=16)
+    batch = build_batch(experiments, static=static, slots_per_host=1)
+    state, _ = engine.run(batch.params, batch.state, steps_per_call=4)
+    data_paths = np.asarray(jax.jit(jax.vmap(lambda p: flow_paths(p)[0]))(batch.params))
+    for e, (exp, result) in enumerate(zip(experiments, results(batch, state))):
+        assert result.ok, result.summary
+        flows, n = result.flows, len(exp.flows)
+        np.testing.assert_array_equal(flows["rx_bytes"], exp.flows.size_bytes)
+        assert np.all(flows["start_ps"] <= flows["rx_finish_ps"]) and np.all(flows["rx_finish_ps"] < flows["finish_ps"])
+        for f in np.nonzero(exp.flows.trigger >= 0)[0]:
+            activation = flows["rx_finish_ps"] if exp.flows.recv_done_trigger[f - 1] >= 0 else flows["finish_ps"]
+            assert flows["start_ps"][f] == activation[f - 1]
+        paths = [path[path >= 0] for path in data_paths[e, :n]]
+        size = exp.flows.size_bytes
+        wire_bytes = size + 64 * -(-size // 4096)
+        topo = exp.topology
+        ps_per_byte = 8e12 / topo.link_rate_bps
+        # The model's tail: every link's delay, the largest packet's serialisation after the first link.
+        largest_bits = (np.minimum(size, 4096) + 64) * 8 * 10**12
+        tail = [
+            topo.link_delay_ps[p].sum() + (-(-largest_bits[f] // topo.link_rate_bps[p[1:]])).sum()
+            for f, p in enumerate(paths)
+        ]
+        sent_ps = flows["rx_finish_ps"] - np.array(tail)  # the last byte leaves the sender
+        slowest = np.array([ps_per_byte[p].max() for p in paths])
+        assert np.all(sent_ps - flows["start_ps"] >= wire_bytes * slowest * (1 - 1e-12))
+        carried = np.zeros(topo.n_links)
+        for f, p in enumerate(paths):
+            carried[p] += wire_bytes[f]
+        assert np.all(carried * ps_per_byte <= (sent_ps.max() - flows["start_ps"].min()) * (1 + 1e-12))
+
+
 # --- The max-min operation ----------------------------------------------------------------
 
 
@@ -248,7 +293,8 @@ def test_maxmin_vmaps_and_defaults_to_equal_weights():
 def test_maxmin_weights_split_a_shared_link():
     """Weights 2 : 1 on one 90-unit link: 60 and 30; a third flow on its own link: all of it."""
     links = jnp.array([[0, -1], [0, 1], [2, -1]], jnp.int32)
-    rates = maxmin_rates(links, jnp.ones(3, bool), jnp.zeros(3, jnp.int32), jnp.array([90.0, 100.0, 7.0]), jnp.array([2.0, 1.0, 1.0]))
+    capacity, weights = jnp.array([90.0, 100.0, 7.0]), jnp.array([2.0, 1.0, 1.0])
+    rates = maxmin_rates(links, jnp.ones(3, bool), jnp.zeros(3, jnp.int32), capacity, weights)
     np.testing.assert_allclose(np.asarray(rates), [60.0, 30.0, 7.0])
 
 
@@ -270,8 +316,8 @@ def pipeline_with_pinned_routes():
     from multiverse_jax.config import experiment_from_config
 
     examples = __import__("pathlib").Path(__file__).parent.parent / "examples"
-    cfg = config("workload.kind=cm", f"workload.path={examples / 'pipeline.cm'}", f"workload.routes={examples / 'routes_k4.csv'}")
-    return experiment_from_config(cfg)
+    workload = f"workload.path={examples / 'pipeline.cm'}"
+    return experiment_from_config(config("workload.kind=cm", workload, f"workload.routes={examples / 'routes_k4.csv'}"))
 
 
 def test_flow_paths_carry_the_packet_engine_bytes():
@@ -280,7 +326,8 @@ def test_flow_paths_carry_the_packet_engine_bytes():
     flows = make_flows(np.arange(16), (np.arange(16) + 5) % 16, 30_000, np.arange(16) * 10 * US)
     packet = Experiment(K4, flows, sim=SimConfig(seed=3))
     fluid = Experiment(K4, flows, sim=SimConfig(seed=3, mode="flow"))
-    np.testing.assert_array_equal(port_tx_bytes(packet, SMALL, SMALL.slots_per_host), port_tx_bytes(fluid, FLOW_SMALL, 1))
+    expected = port_tx_bytes(packet, SMALL, SMALL.slots_per_host)
+    np.testing.assert_array_equal(port_tx_bytes(fluid, FLOW_SMALL, 1), expected)
     batch = build_batch([fluid], static=FLOW_SMALL, slots_per_host=1)
     data, ack = jax.jit(jax.vmap(flow_paths))(batch.params)
     assert np.all(np.asarray(data)[0, :16, :6] >= 0) and np.all(np.asarray(data)[0, :16, 6:] == -1)
@@ -326,16 +373,23 @@ def ring(n_gpus=8, rounds=2, size=200_000):
     return b.build()
 
 
+def run_both(graph):
+    """(flow mode, packet mode) results of one task graph on the k=4 fat-tree."""
+    fluid = run_flow([flow_exp(K4, graph.flow_set(), tasks=graph)])[0]
+    packet = Experiment(K4, graph.flow_set(), tasks=graph)
+    return fluid, simulate([packet], slots_per_host=SMALL.slots_per_host, static=PACKET_TASKS)[0]
+
+
 def test_task_ring_in_flow_mode():
     """The same task graph at flow level ends before the packet engine's (no queueing, no
     packet-level interleaving), by a sane margin; every task and flow finishes."""
     graph = ring()
-    fluid = run_flow([flow_exp(K4, graph.flow_set(), tasks=graph)])[0]
-    packet = simulate([Experiment(K4, graph.flow_set(), tasks=graph)], slots_per_host=SMALL.slots_per_host, static=PACKET_TASKS)[0]
+    fluid, packet = run_both(graph)
     assert fluid.ok and packet.ok, (fluid.summary, packet.summary)
     assert fluid.summary["flows_finished"] == len(graph.flow_tasks)
     assert np.all(fluid.tasks["finish_ps"] >= 0)
-    assert 0.9 * packet.summary["iteration_time_ps"] <= fluid.summary["iteration_time_ps"] <= packet.summary["iteration_time_ps"]
+    packet_ps = packet.summary["iteration_time_ps"]
+    assert 0.9 * packet_ps <= fluid.summary["iteration_time_ps"] <= packet_ps
 
 
 def test_ping_pong_tasks_are_exact():
@@ -346,9 +400,7 @@ def test_ping_pong_tasks_are_exact():
     c1 = b.delay(1, 2 * US, [s1])
     s2 = b.send(1, 0, 50_000, [c1])
     b.delay(0, 1 * US, [s2])
-    graph = b.build()
-    fluid = run_flow([flow_exp(K4, graph.flow_set(), tasks=graph)])[0]
-    packet = simulate([Experiment(K4, graph.flow_set(), tasks=graph)], slots_per_host=SMALL.slots_per_host, static=PACKET_TASKS)[0]
+    fluid, packet = run_both(b.build())
     np.testing.assert_array_equal(fluid.tasks["start_ps"], packet.tasks["start_ps"])
     np.testing.assert_array_equal(fluid.tasks["finish_ps"], packet.tasks["finish_ps"])
 
@@ -391,6 +443,7 @@ def test_cli_llm_iteration_in_flow_mode(tmp_path):
     assert run(config(*overrides, "output=minimal"), tmp_path) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["flows_finished"] == summary["n_flows"]
-    assert summary["compute_us"] + summary["exposed_comm_us"] + summary["bubble_us"] == pytest.approx(summary["iteration_time_us"])
+    split = summary["compute_us"] + summary["exposed_comm_us"] + summary["bubble_us"]
+    assert split == pytest.approx(summary["iteration_time_us"])
     assert 0.9 * 3237.03 < summary["iteration_time_us"] < 3237.03
     assert (tmp_path / "tasks.parquet").is_file()
