@@ -53,25 +53,35 @@ def fluid(params: Params, state: State, window_end_ps) -> State:
 
 
 def to_next_event(params: Params, state: State) -> State:
+    """Rates at the current time, the next event, every active flow advanced to it."""
     fp, fs, now = params.flows, state.flows, state.time_ps
     data_ports, ack_ports = flow_paths(params)
     active = fp.flow_valid & (fs.flow_begin_ps <= now) & (fs.flow_rx_finish_ps == NEVER)
     rate_bps = maxmin_rates(data_ports, active, fp.flow_priority, params.links.link_rate_bps.astype(jnp.float64))
     drain_ps = drain_time_ps(fs.flow_unsent_bytes, rate_bps, active)  # (F,) from now; NEVER: not draining
-    later = fp.flow_valid & (fs.flow_begin_ps > now) & (fs.flow_begin_ps != NEVER)
-    next_begin = jnp.min(jnp.where(later, fs.flow_begin_ps, NEVER))
     first_drain = jnp.min(drain_ps)
+    next_begin = jnp.min(jnp.where(fp.flow_valid & (fs.flow_begin_ps > now), fs.flow_begin_ps, NEVER))
     event = jnp.minimum(next_begin, jnp.where(first_drain == NEVER, NEVER, now + first_drain))
-    stalled = event == NEVER
-    elapsed_ps = jnp.where(stalled, 0, event - now)
-    drained = active & (drain_ps <= elapsed_ps)
-    sent_bytes = rate_bps * elapsed_ps / PS_BITS_PER_BYTE
-    unsent = jnp.where(active, jnp.maximum(fs.flow_unsent_bytes - sent_bytes, 0.0), fs.flow_unsent_bytes)
-    rx_finish = event + data_tail_ps(params, data_ports)
+    stalled = event == NEVER  # nothing sending, nothing to begin, yet not done
+    at_ps = jnp.where(stalled, now, event)
+    drained = active & (drain_ps <= at_ps - now)
+    unsent = fs.flow_unsent_bytes - rate_bps * (at_ps - now) / PS_BITS_PER_BYTE
+    unsent = jnp.where(drained, 0.0, jnp.where(active, jnp.maximum(unsent, 0.0), fs.flow_unsent_bytes))
+    state = state.replace(flows=fs.replace(flow_unsent_bytes=unsent))
+    state = finish_drained(params, state, drained, at_ps, (data_ports, ack_ports))
+    return state.replace(time_ps=at_ps, error=state.error | jnp.where(stalled, ERROR_STALLED, 0))
+
+
+def finish_drained(params: Params, state: State, drained, at_ps, paths) -> State:
+    """Flows ``drained`` (F,) sent their last byte at ``at_ps``: their receiver and sender
+    finish times, their packet counters as the packet engine ends them, their bytes on
+    the ports of their ``paths`` (``flow_paths``: data, ACK) they crossed."""
+    fp, fs = params.flows, state.flows
+    data_ports, ack_ports = paths
+    rx_finish = at_ps + data_tail_ps(params, data_ports)
     finish = rx_finish + ack_path_ps(params, ack_ports)
     n_packets = fp.flow_n_packets
     flows = fs.replace(
-        flow_unsent_bytes=jnp.where(drained, 0.0, unsent),
         flow_rx_finish_ps=jnp.where(drained, rx_finish, fs.flow_rx_finish_ps),
         flow_finish_ps=jnp.where(drained, finish, fs.flow_finish_ps),
         flow_sent_packets=jnp.where(drained, n_packets, fs.flow_sent_packets),
@@ -80,12 +90,7 @@ def to_next_event(params: Params, state: State) -> State:
         flow_rx_bytes=jnp.where(drained, fp.flow_size_bytes, fs.flow_rx_bytes),
     )
     tx_bytes = wire_bytes_sent(params, drained, data_ports, ack_ports)
-    return state.replace(
-        time_ps=jnp.where(stalled, now, event),
-        flows=flows,
-        ports=state.ports.replace(port_tx_bytes=state.ports.port_tx_bytes + tx_bytes),
-        error=state.error | jnp.where(stalled, ERROR_STALLED, 0),
-    )
+    return state.replace(flows=flows, ports=state.ports.replace(port_tx_bytes=state.ports.port_tx_bytes + tx_bytes))
 
 
 def drain_time_ps(unsent_bytes, rate_bps, active):
