@@ -72,6 +72,8 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
     # more, each window appending PFC_ENTRIES_PER_WINDOW entries per link.
     windows = biggest(lambda e: math.ceil(int(e.topology.link_delay_ps.max()) / int(e.topology.link_delay_ps.min())) + 2)
     history = PFC_ENTRIES_PER_WINDOW * windows
+    flow_level = _flow_level(experiments)  # no packets and no samples: a pool and a ring of one
+    sampling = any(e.sim.sample_interval_us > 0 for e in experiments) and not flow_level
     return Static(
         n_nodes=biggest(lambda e: e.topology.n_nodes),
         n_hosts=biggest(lambda e: e.topology.n_hosts),
@@ -82,14 +84,14 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         route_width=biggest(lambda e: e.routing.width),
         pinned_len=max(1, biggest(lambda e: (e.routes.max_links if e.routes is not None else 1))),
         n_data_classes=1 + biggest(lambda e: int(e.flows.prio.max(initial=0))),
-        slots_per_host=slots_per_host,
+        slots_per_host=1 if flow_level else slots_per_host,
         pfc_history=history,
         int_hops=max(1, biggest(switch_hops)),
-        n_samples=n_samples if any(e.sim.sample_interval_us > 0 for e in experiments) else 1,
+        n_samples=n_samples if sampling else 1,
         n_tasks=max(1, biggest(lambda e: len(e.tasks) if e.tasks is not None else 0)),
         task_deps=max(1, biggest(lambda e: e.tasks.deps.shape[1] if e.tasks is not None else 0)),
         path_len=biggest(path_len),
-        flow_level=_flow_level(experiments),
+        flow_level=flow_level,
     )
 
 

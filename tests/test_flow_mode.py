@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from conftest import SMALL, store_and_forward_ps, wire_sizes
 from test_invariants import networks
 from multiverse_jax import engine
-from multiverse_jax.batch import build_batch
+from multiverse_jax.batch import build_batch, needed_static
 from multiverse_jax.conf.schema import SimConfig
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
@@ -414,6 +414,8 @@ def test_flow_and_packet_points_run_in_separate_batches():
         build_batch(exps[:1], static=FLOW_SMALL)
     packet, fluid = simulate_many(exps, {"slots_per_host": 16})
     assert packet.ok and fluid.ok
+    shapes = needed_static(exps[1:])  # no packet pool, no time-series ring at flow level
+    assert (shapes.slots_per_host, shapes.n_samples, shapes.flow_level) == (1, 1, True)
     assert fluid.summary["n_packet_hops"] == 0 < packet.summary["n_packet_hops"]
 
 
