@@ -5,16 +5,18 @@ Within one priority class, every unfrozen flow's rate grows in proportion to its
 until some link is full; the flows crossing a full link freeze at the rate they reached
 (that link is their bottleneck), and the others keep growing over the capacity left. The
 result is the weighted max-min fair allocation: no flow can gain without taking rate from
-a flow whose rate divided by its weight is no larger (Bertsekas & Gallager, Data Networks
-§6.5.2). Classes are served strictly in order, as egress ports serve data classes: class 0
+a flow whose rate divided by its weight is no larger (Bertsekas & Gallager, Data Networks,
+ch. 6). Classes are served strictly in order, as egress ports serve data classes: class 0
 shares the full capacities, class 1 what class 0 left, and so on.
 
-How priorities and weights relate to HyGra (§IV-B, eq. 2-3): HyGra gives each steady flow
-a floor and splits a link's residual capacity in proportion to priority weights
-``W_pri``. Here the weights play that part inside each class (a flow of weight 2 gets
-twice the share of a flow of weight 1 at a common bottleneck), while the class number is a
-strict priority, since that is what the packet engine's ports implement. With unit
-weights (what flow mode uses) this is plain max-min fairness per class.
+How priorities and weights relate to HyGra (§IV, eq. 2-3): HyGra gives each steady flow a
+floor, min(its last measured rate, a guaranteed minimum), and splits a link's residual
+capacity in proportion to priority weights ``W_pri``. Here the weights play that part
+inside each class (a flow of weight 2 gets twice the share of a flow of weight 1 at a
+common bottleneck, and the split is repeated over every link, not one), while the class
+number is a strict priority, since that is what the packet engine's ports implement.
+There is no floor: a caller that has one can subtract it from ``capacity`` first. With
+unit weights (what flow mode uses) this is plain max-min fairness per class.
 """
 
 from __future__ import annotations
