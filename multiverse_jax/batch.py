@@ -21,6 +21,7 @@ from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
 from multiverse_jax.conf.schema import SimMode
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
+from multiverse_jax.ops import paths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,4 +145,25 @@ def build_batch(
             raise InputError(f"the given shapes are too small for this batch: {', '.join(small)}")
     params = [experiment_params(exp, static) for exp in experiments]
     states = [initial_state(exp, p) for exp, p in zip(experiments, params)]
-    return Batch(params=_stack(params), state=_stack(states), experiments=experiments)
+    stacked = _stack(params)
+    if static.flow_level:
+        stacked = with_flow_paths(stacked)
+    return Batch(params=stacked, state=_stack(states), experiments=experiments)
+
+
+@jax.jit
+def with_flow_paths(params: Params) -> Params:
+    """``params`` (a batch) with every flow's data and ACK path and their idle-path times
+    filled in (``ops.paths``): the flow-level step reads them at every event, so they are
+    routed once, here."""
+
+    def one(p: Params):
+        data, ack = paths.flow_paths(p)
+        return p.flows.replace(
+            flow_data_path=data,
+            flow_ack_path=ack,
+            flow_data_tail_ps=paths.data_tail_ps(p, data),
+            flow_ack_path_ps=paths.ack_path_ps(p, ack),
+        )
+
+    return params.replace(flows=jax.vmap(one)(params))

@@ -332,6 +332,8 @@ def test_flow_paths_carry_the_packet_engine_bytes():
     data, ack = jax.jit(jax.vmap(flow_paths))(batch.params)
     assert np.all(np.asarray(data)[0, :16, :6] >= 0) and np.all(np.asarray(data)[0, :16, 6:] == -1)
     assert np.all(np.asarray(ack)[0, 16:] == -1)  # padded flows have no path
+    np.testing.assert_array_equal(batch.params.flows.flow_data_path, data)  # routed once, by build_batch
+    np.testing.assert_array_equal(batch.params.flows.flow_ack_path, ack)
 
 
 def test_pinned_routes_and_triggers():

@@ -1,5 +1,6 @@
-"""Each flow's whole path, hop by hop, as the packet engine would route it: for flow-level
-rates (``sim.mode=flow``) and for partitions of flows that share ports."""
+"""Each flow's whole path, hop by hop, as the packet engine would route it, and its
+latency on an idle path: for flow-level rates (``sim.mode=flow``) and for partitions of
+flows that share ports."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params
+from multiverse_jax.ops.packets import serialization_ps
 from multiverse_jax.ops.routing import route
 
 
@@ -43,3 +45,27 @@ def _walk(params: Params, src, dst, is_ack: bool):
     hops = jnp.arange(1, params.static.path_len, dtype=jnp.int32)
     _, rest = jax.lax.scan(next_port, first, hops)  # (Hp - 1, F)
     return jnp.concatenate([first[:, None], rest.T], axis=1)
+
+
+def data_tail_ps(params: Params, data_ports):
+    """(F,) int64 from the last byte leaving the sender's NIC to the receiver having it, at
+    flow level (``systems/fluid.py``): every link's delay, and the largest packet's
+    serialisation on every link but the first (the store-and-forward pipeline's fill)."""
+    fp = params.flows
+    largest_wire = jnp.minimum(fp.flow_size_bytes, params.payload_bytes) + params.header_bytes
+    not_first = jnp.arange(data_ports.shape[1]) >= 1
+    return path_ps(params, data_ports, jnp.where(not_first, largest_wire[:, None], 0))
+
+
+def ack_path_ps(params: Params, ack_ports):
+    """(F,) int64 an ACK's time from the receiver to the sender on an idle path."""
+    return path_ps(params, ack_ports, jnp.broadcast_to(params.ack_bytes, ack_ports.shape))
+
+
+def path_ps(params: Params, ports, wire_bytes):
+    """(F,) int64 the sum over each path's links (``ports`` (F, Hp), -1 padded) of the link
+    delay and the serialisation of ``wire_bytes`` (F, Hp) at the link's rate."""
+    on_path = ports >= 0
+    port = jnp.maximum(ports, 0)
+    link_ps = params.links.link_delay_ps[port] + serialization_ps(wire_bytes, params.links.link_rate_bps[port])
+    return jnp.sum(jnp.where(on_path, link_ps, 0), axis=1)

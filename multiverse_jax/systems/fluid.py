@@ -35,8 +35,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_STALLED, Params, State
 from multiverse_jax.ops.maxmin import maxmin_rates
-from multiverse_jax.ops.packets import PS_BITS_PER_BYTE, serialization_ps
-from multiverse_jax.ops.paths import flow_paths
+from multiverse_jax.ops.packets import PS_BITS_PER_BYTE
 from multiverse_jax.units import NEVER
 
 # Float rounding can put a whole number of ps a hair above itself (4160 bytes at 100 Gb/s:
@@ -55,7 +54,7 @@ def fluid(params: Params, state: State, window_end_ps) -> State:
 def to_next_event(params: Params, state: State) -> State:
     """Rates at the current time, the next event, every active flow advanced to it."""
     fp, fs, now = params.flows, state.flows, state.time_ps
-    data_ports, ack_ports = flow_paths(params)
+    data_ports, ack_ports = fp.flow_data_path, fp.flow_ack_path  # ``flow_paths``, routed once by build_batch
     active = fp.flow_valid & (fs.flow_begin_ps <= now) & (fs.flow_rx_finish_ps == NEVER)
     rate_bps = maxmin_rates(data_ports, active, fp.flow_priority, params.links.link_rate_bps.astype(jnp.float64))
     drain_ps = drain_time_ps(fs.flow_unsent_bytes, rate_bps, active)  # (F,) from now; NEVER: not draining
@@ -75,11 +74,11 @@ def to_next_event(params: Params, state: State) -> State:
 def finish_drained(params: Params, state: State, drained, at_ps, paths) -> State:
     """Flows ``drained`` (F,) sent their last byte at ``at_ps``: their receiver and sender
     finish times, their packet counters as the packet engine ends them, their bytes on
-    the ports of their ``paths`` (``flow_paths``: data, ACK) they crossed."""
+    the ports of their ``paths`` (data, ACK: ``ops.paths.flow_paths``) they crossed."""
     fp, fs = params.flows, state.flows
     data_ports, ack_ports = paths
-    rx_finish = at_ps + data_tail_ps(params, data_ports)
-    finish = rx_finish + ack_path_ps(params, ack_ports)
+    rx_finish = at_ps + fp.flow_data_tail_ps
+    finish = rx_finish + fp.flow_ack_path_ps
     n_packets = fp.flow_n_packets
     flows = fs.replace(
         flow_rx_finish_ps=jnp.where(drained, rx_finish, fs.flow_rx_finish_ps),
@@ -101,29 +100,6 @@ def drain_time_ps(unsent_bytes, rate_bps, active):
     exact_ps = jnp.minimum(exact_ps, LONGEST_DRAIN_PS)
     ps = jnp.ceil(exact_ps - exact_ps * DRAIN_SLACK).astype(jnp.int64)
     return jnp.where(sending & (ps < LONGEST_DRAIN_PS), ps, NEVER)
-
-
-def data_tail_ps(params: Params, data_ports):
-    """(F,) int64 from the last byte leaving the sender's NIC to the receiver having it:
-    every link's delay, and the largest packet's serialisation on every link but the first."""
-    fp = params.flows
-    largest_wire = jnp.minimum(fp.flow_size_bytes, params.payload_bytes) + params.header_bytes
-    not_first = jnp.arange(data_ports.shape[1]) >= 1
-    return path_ps(params, data_ports, jnp.where(not_first, largest_wire[:, None], 0))
-
-
-def ack_path_ps(params: Params, ack_ports):
-    """(F,) int64 an ACK's time from the receiver to the sender on an idle path."""
-    return path_ps(params, ack_ports, jnp.broadcast_to(params.ack_bytes, ack_ports.shape))
-
-
-def path_ps(params: Params, ports, wire_bytes):
-    """(F,) int64 the sum over each path's links (``ports`` (F, Hp), -1 padded) of the link
-    delay and the serialisation of ``wire_bytes`` (F, Hp) at the link's rate."""
-    on_path = ports >= 0
-    port = jnp.maximum(ports, 0)
-    link_ps = params.links.link_delay_ps[port] + serialization_ps(wire_bytes, params.links.link_rate_bps[port])
-    return jnp.sum(jnp.where(on_path, link_ps, 0), axis=1)
 
 
 def wire_bytes_sent(params: Params, drained, data_ports, ack_ports):
