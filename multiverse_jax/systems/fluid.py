@@ -26,6 +26,10 @@ sender has the last ACK (``flow_finish_ps``) one ACK path later: each link's ACK
 serialisation and delay. So a flow alone on a path of equal rates finishes exactly as in
 the packet engine (the store-and-forward closed form); under contention the fluid ignores
 queueing and the packet-level interleaving. FCT = ``flow_finish_ps - flow_begin_ps``.
+
+The paths and their idle-path times (``FlowParams.flow_data_path``, ``flow_ack_path``,
+``flow_data_tail_ps``, ``flow_ack_path_ps``: ``ops.paths``) depend only on the
+parameters, so ``batch.build_batch`` computes them once per batch, not per event.
 """
 
 from __future__ import annotations
@@ -54,9 +58,8 @@ def fluid(params: Params, state: State, window_end_ps) -> State:
 def to_next_event(params: Params, state: State) -> State:
     """Rates at the current time, the next event, every active flow advanced to it."""
     fp, fs, now = params.flows, state.flows, state.time_ps
-    data_ports, ack_ports = fp.flow_data_path, fp.flow_ack_path  # ``flow_paths``, routed once by build_batch
     active = fp.flow_valid & (fs.flow_begin_ps <= now) & (fs.flow_rx_finish_ps == NEVER)
-    rate_bps = maxmin_rates(data_ports, active, fp.flow_priority, params.links.link_rate_bps.astype(jnp.float64))
+    rate_bps = maxmin_rates(fp.flow_data_path, active, fp.flow_priority, params.links.link_rate_bps.astype(jnp.float64))
     drain_ps = drain_time_ps(fs.flow_unsent_bytes, rate_bps, active)  # (F,) from now; NEVER: not draining
     first_drain = jnp.min(drain_ps)
     next_begin = jnp.min(jnp.where(fp.flow_valid & (fs.flow_begin_ps > now), fs.flow_begin_ps, NEVER))
@@ -67,16 +70,15 @@ def to_next_event(params: Params, state: State) -> State:
     unsent = fs.flow_unsent_bytes - rate_bps * (at_ps - now) / PS_BITS_PER_BYTE
     unsent = jnp.where(drained, 0.0, jnp.where(active, jnp.maximum(unsent, 0.0), fs.flow_unsent_bytes))
     state = state.replace(flows=fs.replace(flow_unsent_bytes=unsent))
-    state = finish_drained(params, state, drained, at_ps, (data_ports, ack_ports))
+    state = finish_drained(params, state, drained, at_ps)
     return state.replace(time_ps=at_ps, error=state.error | jnp.where(stalled, ERROR_STALLED, 0))
 
 
-def finish_drained(params: Params, state: State, drained, at_ps, paths) -> State:
+def finish_drained(params: Params, state: State, drained, at_ps) -> State:
     """Flows ``drained`` (F,) sent their last byte at ``at_ps``: their receiver and sender
     finish times, their packet counters as the packet engine ends them, their bytes on
-    the ports of their ``paths`` (data, ACK: ``ops.paths.flow_paths``) they crossed."""
+    the ports they crossed."""
     fp, fs = params.flows, state.flows
-    data_ports, ack_ports = paths
     rx_finish = at_ps + fp.flow_data_tail_ps
     finish = rx_finish + fp.flow_ack_path_ps
     n_packets = fp.flow_n_packets
@@ -88,7 +90,7 @@ def finish_drained(params: Params, state: State, drained, at_ps, paths) -> State
         flow_acked_packets=jnp.where(drained, n_packets, fs.flow_acked_packets),
         flow_rx_bytes=jnp.where(drained, fp.flow_size_bytes, fs.flow_rx_bytes),
     )
-    tx_bytes = wire_bytes_sent(params, drained, data_ports, ack_ports)
+    tx_bytes = wire_bytes_sent(params, drained)
     return state.replace(flows=flows, ports=state.ports.replace(port_tx_bytes=state.ports.port_tx_bytes + tx_bytes))
 
 
@@ -102,10 +104,11 @@ def drain_time_ps(unsent_bytes, rate_bps, active):
     return jnp.where(sending & (ps < LONGEST_DRAIN_PS), ps, NEVER)
 
 
-def wire_bytes_sent(params: Params, drained, data_ports, ack_ports):
+def wire_bytes_sent(params: Params, drained):
     """(P,) int64 wire bytes the flows drained now put on each port: their data on the
     data path, one ACK per packet on the ACK path (as the packet engine counts them)."""
     fp = params.flows
+    data_ports, ack_ports = fp.flow_data_path, fp.flow_ack_path
     data = fp.flow_size_bytes + fp.flow_n_packets.astype(jnp.int64) * params.header_bytes
     acks = fp.flow_n_packets.astype(jnp.int64) * params.ack_bytes
     n_ports = params.static.n_ports
