@@ -21,6 +21,7 @@ from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
 from multiverse_jax.conf.schema import SimMode
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
+from multiverse_jax.ops import paths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,15 +60,22 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         pinned = e.routes.max_links - 1 if e.routes is not None else 0
         return max(hops, pinned)
 
-    def path_links(e):
-        """Links of the experiment's longest flow path, ECMP or pinned."""
-        hops = int(e.routing.hops[e.flows.src, e.flows.dst].max(initial=1))
-        return max(hops, e.routes.max_links if e.routes is not None else 1)
+    def path_len(e):
+        """Links of the experiment's longest data or ACK path (1 unless it runs at flow level
+        or hybrid, whose partitions are the flows that share a port)."""
+        if e.sim.mode == SimMode.packet:
+            return 1
+        there = e.routing.hops[e.flows.src, e.flows.dst].max(initial=1)
+        back = e.routing.hops[e.flows.dst, e.flows.src].max(initial=1)
+        pinned = e.routes.max_links if e.routes is not None else 1
+        return int(max(there, back, pinned))
 
     # PFC decisions still travelling cover the longest link delay: that many windows and two
     # more, each window appending PFC_ENTRIES_PER_WINDOW entries per link.
     windows = biggest(lambda e: math.ceil(int(e.topology.link_delay_ps.max()) / int(e.topology.link_delay_ps.min())) + 2)
     history = PFC_ENTRIES_PER_WINDOW * windows
+    flow_level = _flow_level(experiments)  # no packets and no samples: a pool and a ring of one
+    sampling = any(e.sim.sample_interval_us > 0 for e in experiments) and not flow_level
     return Static(
         n_nodes=biggest(lambda e: e.topology.n_nodes),
         n_hosts=biggest(lambda e: e.topology.n_hosts),
@@ -78,15 +86,28 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         route_width=biggest(lambda e: e.routing.width),
         pinned_len=max(1, biggest(lambda e: (e.routes.max_links if e.routes is not None else 1))),
         n_data_classes=1 + biggest(lambda e: int(e.flows.prio.max(initial=0))),
-        slots_per_host=slots_per_host,
+        slots_per_host=1 if flow_level else slots_per_host,
         pfc_history=history,
         int_hops=max(1, biggest(switch_hops)),
-        n_samples=n_samples if any(e.sim.sample_interval_us > 0 for e in experiments) else 1,
+        n_samples=n_samples if sampling else 1,
         n_tasks=max(1, biggest(lambda e: len(e.tasks) if e.tasks is not None else 0)),
         task_deps=max(1, biggest(lambda e: e.tasks.deps.shape[1] if e.tasks is not None else 0)),
-        path_len=max(1, biggest(path_links)),
+        path_len=biggest(path_len),
+        flow_level=flow_level,
         steady_window=max(1, biggest(lambda e: e.hybrid.window if e.sim.mode == SimMode.hybrid else 1)),
     )
+
+
+def _flow_level(experiments) -> bool:
+    """Whether the batch runs the flow-level step: all its experiments, or none, have
+    ``sim.mode=flow`` (packet and hybrid experiments share the packet step)."""
+    flow = {e.sim.mode == SimMode.flow for e in experiments}
+    if len(flow) > 1:
+        raise InputError(
+            "sim.mode=flow experiments cannot share a batch with packet or hybrid ones "
+            "(run them as separate batches; simulate_many groups them apart)"
+        )
+    return flow.pop()
 
 
 def needed_static(experiments, *, slots_per_host: int = 256, n_samples: int = 64) -> Static:
@@ -116,9 +137,35 @@ def build_batch(
     if static is None:
         static = needed
     else:
+        if static.flow_level != needed.flow_level:
+            raise InputError(
+                f"the given shapes are for the {'flow' if static.flow_level else 'packet'}-level step, "
+                f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
+            )
         small = [f.name for f in dataclasses.fields(Static) if getattr(static, f.name) < getattr(needed, f.name)]
         if small:
             raise InputError(f"the given shapes are too small for this batch: {', '.join(small)}")
     params = [experiment_params(exp, static) for exp in experiments]
     states = [initial_state(exp, p) for exp, p in zip(experiments, params)]
-    return Batch(params=_stack(params), state=_stack(states), experiments=experiments)
+    stacked = _stack(params)
+    if static.flow_level or static.steady_window > 1:  # flow mode's rates, hybrid mode's partitions
+        stacked = with_flow_paths(stacked)
+    return Batch(params=stacked, state=_stack(states), experiments=experiments)
+
+
+@jax.jit
+def with_flow_paths(params: Params) -> Params:
+    """``params`` (a batch) with every flow's data and ACK path and their idle-path times
+    filled in (``ops.paths``): the flow-level step reads them at every event, and the hybrid
+    step at every rate sample (partitions, port loads), so they are routed once, here."""
+
+    def one(p: Params):
+        data, ack = paths.flow_paths(p)
+        return p.flows.replace(
+            flow_data_path=data,
+            flow_ack_path=ack,
+            flow_data_tail_ps=paths.data_tail_ps(p, data),
+            flow_ack_path_ps=paths.ack_path_ps(p, ack),
+        )
+
+    return params.replace(flows=jax.vmap(one)(params))

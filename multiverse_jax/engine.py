@@ -31,6 +31,8 @@ from multiverse_jax.systems.ack import ack
 from multiverse_jax.systems.cc import congestion_control
 from multiverse_jax.systems.clock import clock
 from multiverse_jax.systems.complete import complete
+from multiverse_jax.systems.flow_clock import flow_clock
+from multiverse_jax.systems.fluid import fluid
 from multiverse_jax.systems.forward import set_forward_plan
 from multiverse_jax.systems.pfc import pfc
 from multiverse_jax.systems.receive import receive
@@ -58,6 +60,14 @@ SYSTEMS: tuple[tuple[str, System], ...] = (
     ("clock", clock),  # the next window, or a jump to the next event
 )
 
+# The flow-level step (sim.mode=flow, ``Static.flow_level``): one event per step, no packets.
+SYSTEMS_FLOW: tuple[tuple[str, System], ...] = (
+    ("complete", complete),  # finish times -> triggers -> flow starts
+    ("schedule", schedule),  # task DAG: starts, finishes -> flow starts
+    ("fluid", fluid),  # max-min rates; every active flow advances to the next event
+    ("flow_clock", flow_clock),  # count the event; a finished experiment stops at its last one
+)
+
 
 def step(params: Params, state: State) -> State:
     """One window [t, t + window) of one experiment: ``SYSTEMS`` in order, each in a
@@ -66,9 +76,12 @@ def step(params: Params, state: State) -> State:
     Every packet arriving anywhere inside the window was already in flight when it began,
     so arrivals are applied first, each with its exact time; then ports transmit through
     the window; what they send lands in later windows.
+
+    A flow-level batch (``params.static.flow_level``) runs ``SYSTEMS_FLOW`` instead: its
+    window is the time from one flow event to the next.
     """
     window_end_ps = state.time_ps + params.window_ps
-    for name, system in SYSTEMS:
+    for name, system in SYSTEMS_FLOW if params.static.flow_level else SYSTEMS:
         with jax.named_scope(name):
             state = system(params, state, window_end_ps)
     return state

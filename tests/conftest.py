@@ -24,7 +24,6 @@ SMALL = Static(
     pfc_history=16,
     n_samples=64,  # time series on (the schema's sim.sample_interval_us), 64 windows per call
     path_len=8,  # longest flow path in links (a fat-tree path has 6)
-    steady_window=8,  # hybrid.window rate samples per flow
 )
 
 

@@ -17,7 +17,7 @@ from multiverse_jax.topology.fattree import fattree
 from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload.flows import make_flows
 
-SHAPES = dataclasses.replace(SMALL, slots_per_host=512, int_hops=5)  # cc=none queues a shared bottleneck under PFC; HPCC telemetry
+SHAPES = dataclasses.replace(SMALL, slots_per_host=512, int_hops=5, steady_window=8)  # cc=none queues a shared bottleneck under PFC; HPCC telemetry
 MB = 1_000_000
 TOPOLOGY = fattree(4, 100.0, 1.0)
 
@@ -138,3 +138,14 @@ def test_restore_policies_keep_every_byte(restore):
     change = other.flows["fct_ps"] / freeze.flows["fct_ps"] - 1
     assert np.all(change[:2] < 0), change
     np.testing.assert_array_equal(change[2:], 0)
+
+
+def test_maxmin_rates_are_the_fair_shares():
+    """hybrid.rate=maxmin: a phase runs at the max-min fair share of its links' payload
+    capacity (half of the shared downlink for the pair, all of it for a lone flow), and the
+    FCTs stay within 1 % of the measured-rate run."""
+    measured, maxmin = run([elephants("none", "hybrid", scale=0.05), elephants("none", "hybrid", scale=0.05, rate="maxmin")])
+    assert maxmin.ok, maxmin.summary
+    goodput = 100.0 * 9000 / (9000 + 48)
+    np.testing.assert_allclose(maxmin.flows["steady_rate_gbps"][[0, 2, 3]], [goodput / 2, goodput, goodput], rtol=1e-12)
+    assert np.all(np.abs(maxmin.flows["fct_ps"] / measured.flows["fct_ps"] - 1) < 0.01)

@@ -118,12 +118,12 @@ def test_conservation_in_hybrid_mode(experiments, restore):
         dataclasses.replace(e, sim=dataclasses.replace(e.sim, mode="hybrid"), hybrid=HybridConfig(restore=restore, **EAGER))
         for e in experiments
     ]
-    check_invariants(hybrid)
+    check_invariants(hybrid, dataclasses.replace(SHAPES, steady_window=EAGER["window"]))
 
 
-def check_invariants(experiments):
-    """Run ``experiments`` as one batch and check every invariant; the final state."""
-    batch = build_batch(experiments, static=SHAPES, slots_per_host=SHAPES.slots_per_host)
+def check_invariants(experiments, shapes=SHAPES):
+    """Run ``experiments`` as one batch (padded to ``shapes``) and check every invariant; the final state."""
+    batch = build_batch(experiments, static=shapes, slots_per_host=shapes.slots_per_host)
     clocks = [np.asarray(batch.state.time_ps)]
     state, _ = engine.run(
         batch.params, batch.state, steps_per_call=4, on_progress=lambda s: clocks.append(np.asarray(s.time_ps))

@@ -30,6 +30,12 @@ class FlowParams:
     flow_trigger_rank: chex.Array  # (F,) int32 activations of that trigger needed to start
     flow_pinned_data: chex.Array  # (F, M) int32 pinned data path (ports, source first), -1 = ECMP
     flow_pinned_ack: chex.Array  # (F, M) int32 pinned ACK path, -1 = ECMP
+    flow_data_path: chex.Array  # (F, Hp) int32 egress ports from the source NIC to the destination, -1 padded:
+    #   ``ops.paths.flow_paths``, filled in by ``batch.build_batch`` for the flow-level step (all -1 otherwise)
+    flow_ack_path: chex.Array  # (F, Hp) int32 the same for the flow's ACKs, back to the source
+    flow_data_tail_ps: chex.Array  # (F,) int64 flow level: last byte off the sender's NIC -> receiver has it
+    #   (``ops.paths.data_tail_ps``; filled in with the paths, 0 otherwise)
+    flow_ack_path_ps: chex.Array  # (F,) int64 flow level: an ACK's time back (``ops.paths.ack_path_ps``)
     trigger_activator: chex.Array  # (T, A) int32 flows whose completion activates trigger t (-1 pad)
     trigger_activator_is_recv: chex.Array  # (T, A) bool activation at receiver's last byte (else last ACK)
 
@@ -46,6 +52,8 @@ class FlowState:
     flow_finish_ps: chex.Array  # (F,) int64 sender has the last ACK (NEVER until then)
     flow_last_send_ps: chex.Array  # (F,) int64 start of the flow's latest packet (-1: none yet)
     flow_flowlet: chex.Array  # (F,) uint32 flowlets the flow has started (LB_FLOWLET)
+    flow_unsent_bytes: chex.Array  # (F,) float64 flow mode: wire bytes (payload + headers) the source has
+    #   yet to send at its fluid rate (``systems/fluid.py``); unused by the packet step
 
 
 def flow_hash(seed: int, n_flows: int) -> np.ndarray:
@@ -84,6 +92,10 @@ def flow_params(exp: Experiment, s: Static) -> FlowParams:
         flow_trigger_rank=pad(rank.astype(np.int32), (n,), 0),
         flow_pinned_data=pad(routes.data_ports.astype(np.int32), (n, s.pinned_len), -1),
         flow_pinned_ack=pad(routes.ack_ports.astype(np.int32), (n, s.pinned_len), -1),
+        flow_data_path=np.full((n, s.path_len), -1, np.int32),
+        flow_ack_path=np.full((n, s.path_len), -1, np.int32),
+        flow_data_tail_ps=np.zeros(n, np.int64),
+        flow_ack_path_ps=np.zeros(n, np.int64),
         trigger_activator=pad(activator.astype(np.int32), (s.n_triggers, s.n_activators), -1),
         trigger_activator_is_recv=pad(activator_is_recv.astype(bool), (s.n_triggers, s.n_activators), False),
     )
@@ -103,4 +115,11 @@ def initial_flow_state(exp: Experiment, s: Static) -> FlowState:
         flow_finish_ps=np.full(n, NEVER, np.int64),
         flow_last_send_ps=np.full(n, -1, np.int64),
         flow_flowlet=np.zeros(n, np.uint32),
+        flow_unsent_bytes=pad(wire_bytes(exp).astype(np.float64), (n,), 0.0),
     )
+
+
+def wire_bytes(exp: Experiment) -> np.ndarray:
+    """(n,) int64 bytes each flow puts on the wire: its payload and one header per packet."""
+    size, payload = exp.flows.size_bytes.astype(np.int64), exp.packet.payload_bytes
+    return size + (-(-size // payload)) * exp.packet.header_bytes

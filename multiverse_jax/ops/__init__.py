@@ -11,5 +11,8 @@ state``); what several of them need lives here, and nothing here imports a syste
 * ``pfc``: when a paused port may start a data packet;
 * ``cc``: what the NIC and the clock ask congestion control (window gate, pacing,
   DCQCN's byte counter and timers);
-* ``nic``: what each NIC offers per data class, and the packets it puts on the wire.
+* ``nic``: what each NIC offers per data class, and the packets it puts on the wire;
+* ``routing``: the egress port a packet takes at a node (pinned path or ECMP);
+* ``paths``: each flow's whole data and ACK path, as routing gives it;
+* ``maxmin``: max-min fair flow rates by progressive filling (priority classes, weights).
 """

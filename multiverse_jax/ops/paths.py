@@ -1,34 +1,71 @@
-"""Flow paths: the egress ports each flow's data and ACKs leave by, as the packet engine
-routes them (pinned paths, else per-flow ECMP with path salt 0)."""
+"""Each flow's whole path, hop by hop, as the packet engine would route it, and its
+latency on an idle path: for flow-level rates (``sim.mode=flow``) and for partitions of
+flows that share ports."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params
-from multiverse_jax.systems.forward import route
+from multiverse_jax.ops.packets import serialization_ps
+from multiverse_jax.ops.routing import route
 
 
-def _path(params: Params, src, dst, is_ack):
-    """(F, Hp) int32 egress ports from each flow's ``src`` NIC to host ``dst`` (-1 past the end)."""
-    n_flows, n_links = params.static.n_flows, params.static.path_len
-    flow = jnp.arange(n_flows)
-    port = params.nics.nic_port[src]
-    ports = [port]
-    for hop in range(1, n_links):
-        node = params.links.link_dst_node[jnp.maximum(port, 0)]
-        arrived = (port < 0) | params.nodes.node_is_host[node]
-        port = jnp.where(arrived, -1, route(params, node, dst, flow, is_ack, hop, jnp.uint32(0)))
-        ports.append(port)
-    valid = params.flows.flow_valid[:, None]
-    return jnp.where(valid, jnp.stack(ports, axis=1), -1).astype(jnp.int32)
+def flow_paths(params: Params):
+    """(data_ports, ack_ports): each (F, Hp) int32, the egress ports a flow's data packets
+    take from its source NIC to its destination host, and its ACKs take back, -1 padded
+    (Hp = ``params.static.path_len``; padded flows: all -1).
 
-
-def flow_ports(params: Params):
-    """(F, 2 Hp) int32 every egress port a flow's packets cross: its data path (source NIC
-    first) then its ACK path (destination NIC first), -1 padded. Exact under per-flow ECMP
-    and pinned paths; with spraying or flowlets a flow's packets may take other paths."""
+    Exactly the engine's routing with path salt 0: the first port is the sender's NIC
+    (``params.nics.nic_port``), then ``ops.routing.route`` at each switch, so pinned
+    paths and per-flow ECMP give the path every packet of the flow takes under
+    ``lb=ecmp`` (spraying and flowlets vary the salt, so their packets may take others).
+    Pure and static-shaped: usable inside a jitted step.
+    """
     fp = params.flows
-    data = _path(params, fp.flow_src, fp.flow_dst, False)
-    ack = _path(params, fp.flow_dst, fp.flow_src, True)
-    return jnp.concatenate([data, ack], axis=1)
+    data = _walk(params, fp.flow_src, fp.flow_dst, is_ack=False)
+    ack = _walk(params, fp.flow_dst, fp.flow_src, is_ack=True)
+    valid = fp.flow_valid[:, None]
+    return jnp.where(valid, data, -1), jnp.where(valid, ack, -1)
+
+
+def _walk(params: Params, src, dst, is_ack: bool):
+    """(F, Hp) int32 ports from host ``src`` (F,) to host ``dst`` (F,), -1 after arrival."""
+    flow = jnp.arange(params.static.n_flows)
+    first = params.nics.nic_port[src].astype(jnp.int32)
+
+    def next_port(port, hop):
+        node = params.links.link_dst_node[jnp.maximum(port, 0)]
+        arrived = (port < 0) | params.nodes.node_is_host[node]  # the far end is the destination host
+        egress = route(params, node, dst, flow, is_ack, hop, jnp.uint32(0))
+        egress = jnp.where(arrived, -1, egress).astype(jnp.int32)
+        return egress, egress
+
+    hops = jnp.arange(1, params.static.path_len, dtype=jnp.int32)
+    _, rest = jax.lax.scan(next_port, first, hops)  # (Hp - 1, F)
+    return jnp.concatenate([first[:, None], rest.T], axis=1)
+
+
+def data_tail_ps(params: Params, data_ports):
+    """(F,) int64 from the last byte leaving the sender's NIC to the receiver having it, at
+    flow level (``systems/fluid.py``): every link's delay, and the largest packet's
+    serialisation on every link but the first (the store-and-forward pipeline's fill)."""
+    fp = params.flows
+    largest_wire = jnp.minimum(fp.flow_size_bytes, params.payload_bytes) + params.header_bytes
+    not_first = jnp.arange(data_ports.shape[1]) >= 1
+    return path_ps(params, data_ports, jnp.where(not_first, largest_wire[:, None], 0))
+
+
+def ack_path_ps(params: Params, ack_ports):
+    """(F,) int64 an ACK's time from the receiver to the sender on an idle path."""
+    return path_ps(params, ack_ports, jnp.broadcast_to(params.ack_bytes, ack_ports.shape))
+
+
+def path_ps(params: Params, ports, wire_bytes):
+    """(F,) int64 the sum over each path's links (``ports`` (F, Hp), -1 padded) of the link
+    delay and the serialisation of ``wire_bytes`` (F, Hp) at the link's rate."""
+    on_path = ports >= 0
+    port = jnp.maximum(ports, 0)
+    link_ps = params.links.link_delay_ps[port] + serialization_ps(wire_bytes, params.links.link_rate_bps[port])
+    return jnp.sum(jnp.where(on_path, link_ps, 0), axis=1)

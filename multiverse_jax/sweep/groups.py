@@ -32,11 +32,12 @@ from multiverse_jax.experiment import Experiment
 from multiverse_jax.components.static import Static
 
 # Static fields that are entity counts (padded to buckets); the others (slots per host,
-# PFC history, priority classes, time-series ring) are kept exact: they are small, and a
-# different value is a different kind of experiment rather than a different size.
+# PFC history, priority classes, time-series ring, the flow-level step) are kept exact:
+# they are small, and a different value is a different kind of experiment rather than a
+# different size (so sim.mode=flow points never share a batch with packet or hybrid ones).
 BUCKETED_FIELDS = (
     "n_nodes", "n_hosts", "n_ports", "n_flows", "n_triggers", "n_activators", "route_width",
-    "pinned_len", "int_hops", "n_tasks", "task_deps",
+    "pinned_len", "int_hops", "n_tasks", "task_deps", "path_len",
 )
 WORKING_SET_FACTOR = 4  # device memory of a running batch / size of its params + state (estimate)
 

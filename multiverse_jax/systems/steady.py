@@ -5,7 +5,8 @@ samples each watched flow's sending rate — packets started since the last samp
 the time between their starts, so a flow paced at a constant rate measures exactly that
 rate whatever the window boundaries — and its delivered rate into rings of its last l
 samples. A flow is steady when (max - min) / mean of its last l samples is below θ
-(Wormhole eq. 6); its steady rate is their mean (eq. 7; see ``steady_rates``). A partition (``ops/partitions.py``) whose every flow is
+(Wormhole eq. 6); its steady rate is their mean (eq. 7; see ``steady_rates``), or with ``hybrid.rate=maxmin`` the
+max-min fair share of its partition (HyGra eq. 2–3). A partition (``ops/partitions.py``) whose every flow is
 steady, and that has at least one sample interval of flow-level time ahead of it, is
 frozen (``ops/freeze.py``): its packets, ports and timers stop where they are, and it is
 planned to end when its first flow has only ``margin_packets`` left to send at its rate, or
@@ -30,8 +31,8 @@ from multiverse_jax.components.experiment import LB_ECMP, Params, State
 from multiverse_jax.components.steady import FROZEN_OFFSET_PS
 from multiverse_jax.ops.freeze import advance_flows, move_times
 from multiverse_jax.ops.partitions import partition_labels
+from multiverse_jax.ops.maxmin import maxmin_rates
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE, port_queue_bytes
-from multiverse_jax.ops.paths import flow_ports
 from multiverse_jax.ops.restore import RESTORE_FREEZE, drain_queues, restored_depth, resume_drained_links
 from multiverse_jax.ops.steady import steady_rates
 from multiverse_jax.units import NEVER
@@ -50,6 +51,12 @@ def partition_ports(params: Params):
     port 0, so all flows of the experiment form one partition."""
     ports = flow_ports(params)
     return jnp.where(params.lb_kind == LB_ECMP, ports, jnp.where(jnp.arange(ports.shape[1]) == 0, 0, -1))
+
+
+def flow_ports(params: Params):
+    """(F, 2 Hp) int32 every egress port a flow's packets cross: its data path (source NIC
+    first), then its ACK path (routed once per batch: ``batch.with_flow_paths``), -1 padded."""
+    return jnp.concatenate([params.flows.flow_data_path, params.flows.flow_ack_path], axis=1)
 
 
 def _sample(params: Params, state: State, window_end_ps) -> State:
@@ -114,6 +121,16 @@ def _unsettled(params: Params, rate):
     return overloaded | unbottlenecked
 
 
+def _maxmin_payload_rates(params: Params, flows):
+    """(F,) bytes/ps of payload: the max-min fair shares (``hybrid.rate=maxmin``, HyGra eq. 2–3:
+    strict priority classes first) of ``flows`` (F,) over their data paths' capacities, each
+    link's capacity counted in payload (wire rate times payload / (payload + header))."""
+    payload = params.payload_bytes.astype(jnp.float64)
+    goodput = payload / (payload + params.header_bytes)
+    capacity = params.links.link_rate_bps.astype(jnp.float64) / PS_BITS_PER_BYTE * goodput
+    return maxmin_rates(params.flows.flow_data_path, flows, params.flows.flow_priority, capacity)
+
+
 def _jumpable_packets(params: Params, state: State):
     """(F,) int32 packets each flow may still send at flow level (all but its margin)."""
     left = params.flows.flow_n_packets - state.flows.flow_sent_packets - params.steady.margin_packets
@@ -141,7 +158,9 @@ def _freeze(params: Params, state: State, window_end_ps) -> State:
     """Freeze every partition whose flows are all steady (see the module docstring)."""
     st = state.steady
     is_steady, rate, horizon_ps = steady_rates(params, state)
-    candidate = watched(params, state, window_end_ps) & is_steady & (_jumpable_packets(params, state) > 0)
+    watch = watched(params, state, window_end_ps)
+    rate = jax.lax.cond(params.steady.rate_maxmin, lambda: _maxmin_payload_rates(params, watch), lambda: rate)
+    candidate = watch & is_steady & (_jumpable_packets(params, state) > 0)
     candidate = candidate & ~_unsettled(params, jnp.where(candidate, rate, 0.0))
     freeze, label, end_ps = _plan(params, state, window_end_ps, candidate, rate, horizon_ps)
     ports = partition_ports(params)

@@ -31,8 +31,8 @@ from multiverse_jax.components.experiment import CC_HPCC, ERROR_BUFFER_OVERFLOW,
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops import marking, nic, pfc
 from multiverse_jax.ops.packets import at_host, in_flight, port_queue_bytes, queued, serialization_ps
+from multiverse_jax.ops.routing import route
 from multiverse_jax.ops.segments import count_by, fifo_head
-from multiverse_jax.systems.forward import route
 from multiverse_jax.units import NEVER
 
 
