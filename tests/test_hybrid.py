@@ -30,6 +30,12 @@ def elephants(cc: str, mode: str, scale: float = 0.25, **hybrid) -> Experiment:
     return Experiment(TOPOLOGY, flows, cc=cc, sim=SimConfig(mode=mode, sample_interval_us=0), hybrid=HybridConfig(**hybrid))
 
 
+def line_goodput_gbps() -> float:
+    """Payload Gb/s of a 100 Gb/s link carrying full packets."""
+    packet = elephants("none", "packet").packet
+    return 100.0 * packet.payload_bytes / (packet.payload_bytes + packet.header_bytes)
+
+
 def run(experiments, steps_per_call: int = 64):
     return simulate(experiments, slots_per_host=SHAPES.slots_per_host, static=SHAPES, steps_per_call=steps_per_call)
 
@@ -72,7 +78,7 @@ def test_lone_elephants_jump_at_their_line_rate(elephant_runs):
     _, hybrid = elephant_runs["none"]
     theta = HybridConfig().theta
     rate_gbps = hybrid.flows["steady_rate_gbps"]
-    goodput = 100.0 * 9000 / (9000 + 48)
+    goodput = line_goodput_gbps()
     phases = hybrid.flows["steady_phases"]
     expected = np.array([goodput / 2, goodput / 2 if phases[1] == 1 else goodput, goodput, goodput])
     assert np.all(np.abs(rate_gbps / expected - 1) < theta / (1 - theta)), rate_gbps
@@ -146,6 +152,6 @@ def test_maxmin_rates_are_the_fair_shares():
     FCTs stay within 1 % of the measured-rate run."""
     measured, maxmin = run([elephants("none", "hybrid", scale=0.05), elephants("none", "hybrid", scale=0.05, rate="maxmin")])
     assert maxmin.ok, maxmin.summary
-    goodput = 100.0 * 9000 / (9000 + 48)
+    goodput = line_goodput_gbps()
     np.testing.assert_allclose(maxmin.flows["steady_rate_gbps"][[0, 2, 3]], [goodput / 2, goodput, goodput], rtol=1e-12)
     assert np.all(np.abs(maxmin.flows["fct_ps"] / measured.flows["fct_ps"] - 1) < 0.01)
