@@ -14,5 +14,9 @@ state``); what several of them need lives here, and nothing here imports a syste
 * ``nic``: what each NIC offers per data class, and the packets it puts on the wire;
 * ``routing``: the egress port a packet takes at a node (pinned path or ECMP);
 * ``paths``: each flow's whole data and ACK path, as routing gives it;
-* ``maxmin``: max-min fair flow rates by progressive filling (priority classes, weights).
+* ``maxmin``: max-min fair flow rates by progressive filling (priority classes, weights);
+* ``steady``: the steady-state test on a flow's rate rings (hybrid mode);
+* ``partitions``: flows that share a port, as connected components (hybrid mode);
+* ``freeze``: moving a partition's times out of reach and back (hybrid mode's jumps);
+* ``restore``: the queue depths a thawing partition is rebuilt to, and the rebuild.
 """
