@@ -51,6 +51,7 @@ class FlowState:
     flow_rx_finish_ps: chex.Array  # (F,) int64 receiver has the last byte (NEVER until then)
     flow_finish_ps: chex.Array  # (F,) int64 sender has the last ACK (NEVER until then)
     flow_last_send_ps: chex.Array  # (F,) int64 start of the flow's latest packet (-1: none yet)
+    flow_last_rx_ps: chex.Array  # (F,) int64 arrival of its latest data packet at the receiver (-1: none yet)
     flow_flowlet: chex.Array  # (F,) uint32 flowlets the flow has started (LB_FLOWLET)
     flow_unsent_bytes: chex.Array  # (F,) float64 flow mode: wire bytes (payload + headers) the source has
     #   yet to send at its fluid rate (``systems/fluid.py``); unused by the packet step
@@ -114,6 +115,7 @@ def initial_flow_state(exp: Experiment, s: Static) -> FlowState:
         flow_rx_finish_ps=np.full(n, NEVER, np.int64),
         flow_finish_ps=np.full(n, NEVER, np.int64),
         flow_last_send_ps=np.full(n, -1, np.int64),
+        flow_last_rx_ps=np.full(n, -1, np.int64),
         flow_flowlet=np.zeros(n, np.uint32),
         flow_unsent_bytes=pad(wire_bytes(exp).astype(np.float64), (n,), 0.0),
     )

@@ -48,6 +48,7 @@ class SteadyState:
     prev_sent_packets: chex.Array  # (F,) int32 flow_sent_packets at the last sample
     prev_last_send_ps: chex.Array  # (F,) int64 flow_last_send_ps at the last sample (-1: none)
     prev_rx_packets: chex.Array  # (F,) int32 flow_rx_packets at the last sample
+    prev_last_rx_ps: chex.Array  # (F,) int64 flow_last_rx_ps at the last sample (-1: none)
     prev_sample_ps: chex.Array  # (F,) int64 when the flow's last sample was taken (-1: none)
     frozen: chex.Array  # (F,) bool the flow's partition is frozen (advancing at flow level)
     frozen_label: chex.Array  # (F,) int32 its partition while frozen (lowest flow index; -1: not frozen)
@@ -106,6 +107,7 @@ def initial_steady_state(exp: Experiment, s: Static) -> SteadyState:
         prev_sent_packets=np.zeros(n, np.int32),
         prev_last_send_ps=np.full(n, -1, np.int64),
         prev_rx_packets=np.zeros(n, np.int32),
+        prev_last_rx_ps=np.full(n, -1, np.int64),
         prev_sample_ps=np.full(n, -1, np.int64),
         frozen=np.zeros(n, bool),
         frozen_label=np.full(n, -1, np.int32),

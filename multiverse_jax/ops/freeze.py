@@ -62,7 +62,9 @@ def move_times(state: State, flow_mask, flow_delta_ps, port_mask, port_delta_ps,
             port_over_since_ps=of_port(ports.port_over_since_ps),
         ),
         flows=flows.replace(
-            flow_next_send_ps=of_flow(flows.flow_next_send_ps), flow_last_send_ps=of_flow(flows.flow_last_send_ps)
+            flow_next_send_ps=of_flow(flows.flow_next_send_ps),
+            flow_last_send_ps=of_flow(flows.flow_last_send_ps),
+            flow_last_rx_ps=of_flow(flows.flow_last_rx_ps),
         ),
         cc=cc.replace(
             flow_gate_ps=of_flow(cc.flow_gate_ps),
@@ -75,7 +77,9 @@ def move_times(state: State, flow_mask, flow_delta_ps, port_mask, port_delta_ps,
             ),
             hpcc=cc.hpcc.replace(flow_int_ts_ps=of_flow(cc.hpcc.flow_int_ts_ps)),
         ),
-        steady=steady.replace(prev_last_send_ps=of_flow(steady.prev_last_send_ps)),
+        steady=steady.replace(
+            prev_last_send_ps=of_flow(steady.prev_last_send_ps), prev_last_rx_ps=of_flow(steady.prev_last_rx_ps)
+        ),
     )
 
 

@@ -32,7 +32,8 @@ def steady_rates(params: Params, state: State):
 
     The sending rate is exact for a paced or ACK-clocked flow, but a flow that PFC turns on
     and off (``cc=none`` on a shared bottleneck) sends in bursts shorter than a sample; its
-    delivered rate (bytes per sample interval, exact to a packet) is then the steady one.
+    delivered rate (packets received over the time between their arrivals) is then the
+    steady one.
     Only under ``cc=none``: with a congestion control, a bottleneck queue that fills or
     drains over a sawtooth (DCQCN) delivers at the link's share while the senders' rates
     move, so only their sending rate says whether they are steady. A flow is steady when

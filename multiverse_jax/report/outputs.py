@@ -291,6 +291,15 @@ OVERFLOW_METRICS = (
 )
 
 
+# Rows of the summary table in hybrid mode (sim.mode=hybrid): what ran at flow level.
+HYBRID_METRICS = (
+    ("windows executed", lambda s: f"{s['n_windows']:,}"),
+    ("steady phases (entries / exits)", lambda s: f"{s['steady_entries']:,} / {s['steady_exits']:,}"),
+    ("flow time at flow level", lambda s: f"{100 * s['flow_level_share']:.1f} %"),
+    ("packet-hops run / skipped", lambda s: f"{s['n_packet_hops']:,} / {s['packet_hops_skipped']:,}"),
+)
+
+
 def summary_table(results, names=None, title: str = "multiverse-jax results") -> Table:
     """One row per metric, one column per result (so that a single run reads as a list)."""
 
@@ -323,6 +332,8 @@ def summary_table(results, names=None, title: str = "multiverse-jax results") ->
             )
             + metrics[1:]
         )
+    if any(r.summary.get("mode") == "hybrid" for r in results):
+        metrics = metrics[:-1] + HYBRID_METRICS + metrics[-1:]
     table = Table(title=title)
     table.add_column("metric")
     for i in range(len(results)):

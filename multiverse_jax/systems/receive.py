@@ -51,6 +51,7 @@ def receive(params: Params, state: State, window_end_ps) -> State:
         flow_rx_packets=rx_packets,
         flow_rx_bytes=rx_bytes,
         flow_rx_finish_ps=jnp.where(completes, last_arrival, flows.flow_rx_finish_ps),
+        flow_last_rx_ps=jnp.where(rx_packets > flows.flow_rx_packets, last_arrival, flows.flow_last_rx_ps),
     )
     cc = cc.replace(
         flow_ecn_marked_packets=cc.flow_ecn_marked_packets + count_by(delivered & pkts.pkt_ecn, pkts.pkt_flow, n_flows),

@@ -3,8 +3,8 @@
 ``steady`` (after ``sample``, before ``clock``): every ``hybrid.sample_interval_us`` it
 samples each watched flow's sending rate — packets started since the last sample over
 the time between their starts, so a flow paced at a constant rate measures exactly that
-rate whatever the window boundaries — and its delivered rate into rings of its last l
-samples. A flow is steady when (max - min) / mean of its last l samples is below θ
+rate whatever the window boundaries — and its delivered rate (packets received over the
+time between their arrivals, likewise) into rings of its last l samples. A flow is steady when (max - min) / mean of its last l samples is below θ
 (Wormhole eq. 6); its steady rate is their mean (eq. 7; see ``steady_rates``), or with ``hybrid.rate=maxmin`` the
 max-min fair share of its partition (HyGra eq. 2–3). A partition (``ops/partitions.py``) whose every flow is
 steady, and that has at least one sample interval of flow-level time ahead of it, is
@@ -67,8 +67,9 @@ def _sample(params: Params, state: State, window_end_ps) -> State:
     sent = (fs.flow_sent_packets - st.prev_sent_packets).astype(jnp.float64)
     between_ps = (fs.flow_last_send_ps - st.prev_last_send_ps).astype(jnp.float64)
     rate = jnp.where(between_ps > 0, sent * payload / jnp.maximum(between_ps, 1.0), 0.0)
-    delivered = (fs.flow_rx_packets - st.prev_rx_packets).astype(jnp.float64) * payload
-    delivered = delivered / jnp.maximum(window_end_ps - st.prev_sample_ps, 1).astype(jnp.float64)
+    received = (fs.flow_rx_packets - st.prev_rx_packets).astype(jnp.float64)
+    between_rx_ps = (fs.flow_last_rx_ps - st.prev_last_rx_ps).astype(jnp.float64)
+    delivered = jnp.where(between_rx_ps > 0, received * payload / jnp.maximum(between_rx_ps, 1.0), 0.0)
     record = watch & (st.prev_sample_ps >= 0)
     at = jnp.where(record, st.n_samples % params.static.steady_window, params.static.steady_window)
     flow = jnp.arange(params.static.n_flows)
@@ -85,6 +86,7 @@ def _sample(params: Params, state: State, window_end_ps) -> State:
             prev_sent_packets=jnp.where(watch, fs.flow_sent_packets, st.prev_sent_packets),
             prev_last_send_ps=jnp.where(watch, fs.flow_last_send_ps, st.prev_last_send_ps),
             prev_rx_packets=jnp.where(watch, fs.flow_rx_packets, st.prev_rx_packets),
+            prev_last_rx_ps=jnp.where(watch, fs.flow_last_rx_ps, st.prev_last_rx_ps),
             prev_sample_ps=jnp.where(watch, window_end_ps, jnp.where(st.frozen, st.prev_sample_ps, -1)),
         )
     )
