@@ -33,7 +33,7 @@ METRICS = (
     "job_time_us", "fct_mean_us", "fct_p50_us", "fct_p99_us", "max_queue_bytes", "pfc_pauses",
     "simulated_time_us", "n_flows", "flows_finished", "skip_share", "iteration_time_us", "compute_us",
     "exposed_comm_us", "bubble_us", "overflow_ports", "overflow_events", "max_excess_bytes", "over_buffer_us",
-    "wall_s",
+    "wall_s", "n_windows", "n_packet_hops", "packet_hops_skipped", "steady_entries",
 )
 FINISHED = ("ok", "failed", "oom", "invalid")  # statuses a resumed sweep does not redo
 
@@ -64,8 +64,8 @@ def metrics_of(summary: dict | None) -> dict:
         value = summary.get(name)
         if name == "wall_s":
             value = summary.get("batch_wall_s")
-        if name == "skip_share":  # share of simulated time skipped at flow level (packet mode: none)
-            value = summary.get("skip_share", 0.0 if summary.get("status") in ("ok", "failed") else None)
+        if name == "skip_share":  # share of the flows' time spent at flow level (sim.mode=hybrid; packet: none)
+            value = summary.get("flow_level_share", 0.0 if summary.get("status") in ("ok", "failed") else None)
         out[name] = float(value) if isinstance(value, (int, float)) else math.nan
     return out
 
