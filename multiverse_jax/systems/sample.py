@@ -21,7 +21,9 @@ def sample(params: Params, state: State, window_end_ps) -> State:
     # Not due: write to an index past the ring (dropped), so nothing changes.
     at = jnp.where(due, smp.sample_count % n_ring, n_ring)
     queue_bytes = port_queue_bytes(params, state.packets)
-    steady_now = state.steady.frozen | steady_rates(params, state)[0]
+    steady_now = state.steady.frozen
+    if params.static.steady_window > 1:  # some experiment of the batch is hybrid
+        steady_now = steady_now | steady_rates(params, state)[0]
     interval = params.sample_interval_ps
     following = smp.next_sample_ps + interval * ((window_end_ps - smp.next_sample_ps) // interval + 1)
     smp = smp.replace(

@@ -196,6 +196,9 @@ def _freeze(params: Params, state: State, window_end_ps) -> State:
 def steady(params: Params, state: State, window_end_ps) -> State:
     """Sample rates when a sample is due (hybrid experiments only), then freeze steady partitions."""
 
+    if params.static.steady_window == 1:  # no hybrid experiment in the batch: compiled out
+        return state
+
     def sample_and_freeze(state):
         state = _sample(params, state, window_end_ps)
         return _freeze(params, state, window_end_ps)
@@ -274,5 +277,10 @@ def _restore(params: Params, state: State, port_mask, now_ps) -> State:
 
 
 def thaw(params: Params, state: State, window_end_ps) -> State:
-    """Thaw the partitions whose phase ends in this window (nothing to do while none is frozen)."""
+    """Thaw the partitions whose phase ends in this window (nothing to do while none is frozen).
+
+    A batch without hybrid experiments compiles both ``steady`` systems out: under vmap a
+    ``lax.cond`` on a per-experiment value runs both branches for every experiment."""
+    if params.static.steady_window == 1:
+        return state
     return jax.lax.cond(jnp.any(state.steady.frozen), lambda s: _thaw(params, s, window_end_ps), lambda s: s, state)
