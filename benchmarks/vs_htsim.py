@@ -15,6 +15,9 @@ Printed and written (JSON, with the machine header; a plot of the CDF of the per
 FCT error per scenario, one panel per mode): flows, flows finished by each, per-flow FCT
 error |median| / p99 / max (%), job-time error (%), htsim's wall seconds, ours (the
 ``simulate`` call, less JAX's compile time, which is its own column) and ours / htsim.
+With ``--sim-modes`` (default ``packet hybrid flow``) the same pinned experiment also runs
+in our hybrid and flow modes (``sim.mode``), each with its own columns: per-flow FCT error
+against htsim (|median| and max, %), job-time error and wall seconds.
 
 ``--quick``: the small scenarios only (a few minutes on 2 cores); default: those and the
 elephants (a 1 GiB ring all-reduce over 16 hosts, two concurrent 256 MiB rings over 8
@@ -46,6 +49,7 @@ from multiverse_jax.report.figure import new_figure, save
 from multiverse_jax.simulate import error_message, simulate
 
 MODES = tuple(htsim.BINARIES)  # roce, hpcc
+SIM_MODES = ("packet", "hybrid", "flow")  # our sim.mode values
 RESULTS = Path(__file__).resolve().parent / "results"
 POOL_FULL = error_message(ERROR_POOL_FULL)
 
@@ -55,6 +59,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small scenarios only (no elephants)")
     p.add_argument("--scenarios", nargs="*", help="run only these scenarios (by name)")
     p.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES, help="htsim binaries to compare with")
+    p.add_argument(
+        "--sim-modes", nargs="*", default=list(SIM_MODES), choices=SIM_MODES,
+        help="our granularities to run (packet always runs: it is the row; hybrid and flow add columns)",
+    )
     p.add_argument("--queue-packets", type=int, default=100, help="htsim -q, in 9000 B packets (default 100)")
     p.add_argument(
         "--pfc", type=int, nargs=2, default=(50, 70), metavar=("LOW", "HIGH"),
@@ -106,8 +114,27 @@ def job_error_pct(result, run: htsim.HtsimRun) -> float | None:
     return (result.summary["job_time_ps"] - theirs) / theirs * 100
 
 
-def compare_one(scenario, mode: str, build, network, folder: Path, slots: int) -> tuple[dict, dict]:
-    """One scenario in one mode in both simulators: its table row and its per-flow columns."""
+def coarser_columns(experiment, sim_mode: str, run: htsim.HtsimRun, slots: int) -> tuple[dict, dict]:
+    """The pinned ``experiment`` in our ``sim_mode`` (hybrid or flow): its columns of the row,
+    prefixed with the mode, and its per-flow comparison with htsim."""
+    coarser = dataclasses.replace(experiment, sim=dataclasses.replace(experiment.sim, mode=sim_mode))
+    result, wall_s, _, _ = run_ours(coarser, slots)
+    flows = htsim.compare(result.flows, run)
+    stats = percent_stats(flows["fct_error"])
+    columns = {
+        f"{sim_mode}_fct_err_median_pct": stats["fct_err_median_pct"],
+        f"{sim_mode}_fct_err_max_pct": stats["fct_err_max_pct"],
+        f"{sim_mode}_job_err_pct": job_error_pct(result, run),
+        f"{sim_mode}_s": wall_s,
+        f"{sim_mode}_status": result.summary["status"],
+        f"{sim_mode}_windows": result.summary["n_windows"],
+    }
+    return columns, {key: value.tolist() for key, value in flows.items()}
+
+
+def compare_one(scenario, mode: str, build, network, folder: Path, slots: int, sim_modes=("packet",)) -> tuple[dict, dict]:
+    """One scenario in one mode in both simulators: its table row and its per-flow columns
+    (with hybrid and flow columns for those of ``sim_modes``)."""
     cm_path = scenario.write(folder / f"{scenario.name}.cm")
     run = htsim.run_htsim(build, mode, cm_path, network, folder)
     experiment = htsim.pinned_experiment(run, network, mode, cm_path, folder)
@@ -131,8 +158,14 @@ def compare_one(scenario, mode: str, build, network, folder: Path, slots: int) -
         "ours_over_htsim": ours_s / run.wall_s if run.wall_s > 0 else None,
         "slots_per_host": slots,
         "packet_hops": result.summary["n_packet_hops"],
+        "windows": result.summary["n_windows"],
     }
-    return row, {key: value.tolist() for key, value in flows.items()}
+    per_flow = {key: value.tolist() for key, value in flows.items()}
+    for sim_mode in (m for m in sim_modes if m != "packet"):
+        columns, coarse_flows = coarser_columns(experiment, sim_mode, run, slots)
+        row.update(columns)
+        per_flow[f"{sim_mode}_fct_error"] = coarse_flows["fct_error"]
+    return row, per_flow
 
 
 def _cell(value, digits: int = 2) -> str:
@@ -146,6 +179,9 @@ COLUMNS = (
     ("fct err med %", "fct_err_median_pct", 13), ("p99 %", "fct_err_p99_pct", 8), ("max %", "fct_err_max_pct", 8),
     ("job err %", "job_err_pct", 9), ("htsim s", "htsim_s", 8), ("ours s", "ours_s", 8),
     ("compile s", "ours_compile_s", 9), ("ours/htsim", "ours_over_htsim", 10),
+    ("hybrid med %", "hybrid_fct_err_median_pct", 12), ("max %", "hybrid_fct_err_max_pct", 8),
+    ("hybrid s", "hybrid_s", 8), ("flow med %", "flow_fct_err_median_pct", 10), ("max %", "flow_fct_err_max_pct", 8),
+    ("flow s", "flow_s", 7),
 )  # fmt: skip
 
 
@@ -158,7 +194,7 @@ def print_row(row: dict | None) -> None:
         elif key is None:
             text = f"{row['ours_finished']}/{row['htsim_finished']}"
         else:
-            text = _cell(row[key], 3 if key.endswith("_s") else 2)
+            text = _cell(row.get(key), 3 if key.endswith("_s") else 2)
         cells.append(text.rjust(width) if row is not None and key not in ("scenario", "mode") else text.ljust(width))
     print(" ".join(cells), flush=True)
 
@@ -201,7 +237,7 @@ def main(argv=None) -> int:
         print_row(None)
         for scenario in scenarios:
             for mode in args.modes:
-                row, columns = compare_one(scenario, mode, build, network, folder, args.slots_per_host)
+                row, columns = compare_one(scenario, mode, build, network, folder, args.slots_per_host, args.sim_modes)
                 rows.append(row)
                 flows[f"{scenario.name}/{mode}"] = columns
                 print_row(row)
