@@ -13,6 +13,7 @@ from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import HybridConfig, SimConfig
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.experiment import Experiment
+from multiverse_jax.ops.steady import DRIFT_SHARE, steady_rates
 from multiverse_jax.peers.scenarios import ring_allreduce
 from multiverse_jax.simulate import results, simulate
 from multiverse_jax.topology.fattree import fattree
@@ -187,3 +188,26 @@ def test_small_llm_iteration_within_one_percent():
         [experiment_from_config({"workload": workload, "sim": {"mode": mode, "sample_interval_us": 0}}) for mode in ("packet", "hybrid")]
     )
     assert abs(hybrid.summary["iteration_time_us"] / packet.summary["iteration_time_us"] - 1) < 0.01
+
+
+@pytest.mark.parametrize("cc", ["hpcc", "none"])
+def test_a_drifting_rate_gives_its_trend_and_a_horizon(cc):
+    """A ring of rates rising linearly (within θ): the steady test returns its least-squares
+    slope per ps (under a congestion control; cc=none has no slow dynamics: 0) and a horizon
+    over which that slope moves the rate by DRIFT_SHARE θ of its mean."""
+    batch = build_batch([elephants(cc, "hybrid")], static=SHAPES, slots_per_host=SHAPES.slots_per_host)
+    params, state = jax.tree_util.tree_map(lambda x: x[0], (batch.params, batch.state))
+    l, interval_ps = int(params.steady.window), int(params.steady.sample_interval_ps)
+    base, step = 0.011, 0.00005  # bytes/ps (88 Gb/s) rising 0.4 Gb/s per sample: spread 3.2 % < θ
+    ring = np.zeros(state.steady.rate_ring.shape)
+    ring[0, :l] = base + step * np.arange(l)  # oldest first; n_samples = l: the newest at l - 1
+    n_samples = np.zeros(state.steady.n_samples.shape, np.int32)
+    n_samples[0] = l
+    state = state.replace(steady=state.steady.replace(rate_ring=ring, n_samples=n_samples))
+    steady, rate, horizon_ps, trend = jax.device_get(steady_rates(params, state))
+    mean = base + step * (l - 1) / 2
+    assert steady[0] and not steady[1]
+    assert rate[0] == pytest.approx(mean, rel=1e-12)
+    assert trend[0] == pytest.approx(step / interval_ps if cc == "hpcc" else 0.0, rel=1e-9)
+    expected_ps = DRIFT_SHARE * float(params.steady.theta) * mean / step * interval_ps
+    assert abs(int(horizon_ps[0]) - expected_ps) <= 1  # whole ps

@@ -58,7 +58,8 @@ class SteadyState:
     port_depth_ring: chex.Array  # (P, L) int64 queue depth of each port at the last L rate samples (bytes)
     n_depth_samples: chex.Array  # () int32 depth samples taken (the newest at (n - 1) % L)
     port_restore_bytes: chex.Array  # (P,) int64 the depth a frozen port is rebuilt to when it thaws (ops/restore.py)
-    steady_rate: chex.Array  # (F,) float64 bytes/ps it advances at while frozen
+    steady_rate: chex.Array  # (F,) float64 bytes/ps it advances at when its phase begins
+    steady_trend: chex.Array  # (F,) float64 bytes/ps per ps: how that rate drifts during the phase (0: constant)
     flow_level_ps: chex.Array  # (F,) int64 simulated time the flow spent frozen (at flow level)
     flow_jumps: chex.Array  # (F,) int32 frozen phases the flow took part in
     n_freezes: chex.Array  # () int32 partitions frozen (steady entries)
@@ -118,6 +119,7 @@ def initial_steady_state(exp: Experiment, s: Static) -> SteadyState:
         n_depth_samples=np.int32(0),
         port_restore_bytes=np.zeros(s.n_ports, np.int64),
         steady_rate=np.zeros(n),
+        steady_trend=np.zeros(n),
         flow_level_ps=np.zeros(n, np.int64),
         flow_jumps=np.zeros(n, np.int32),
         n_freezes=np.int32(0),

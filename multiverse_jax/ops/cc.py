@@ -103,3 +103,8 @@ def next_timer_ps(params: Params, state: State):
     """() the next timer event of the experiment (NEVER if none): an event for the clock."""
     t, _ = dcqcn.next_timer(state.cc.dcqcn)
     return jnp.min(jnp.where(timers_active(params, state), t, NEVER))
+
+
+def line_rate_bps(params: Params):
+    """(F,) float64 the rate of each flow's sender NIC."""
+    return params.links.link_rate_bps[params.nics.nic_port[params.flows.flow_src]].astype(jnp.float64)

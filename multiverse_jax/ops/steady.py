@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from multiverse_jax.components.experiment import CC_NONE, Params, State
 
 
-DRIFT_SHARE = 0.25  # a phase ends before a drifting rate would move by this share of θ
+DRIFT_SHARE = 1.0  # a phase ends before a drifting rate would move by this share of θ
 
 
 def _ring_test(params: Params, ring, n_samples):
@@ -27,8 +27,7 @@ def _ring_test(params: Params, ring, n_samples):
 
 
 def steady_rates(params: Params, state: State):
-    """(F,) bool steady, (F,) float64 its steady rate in bytes/ps, and (F,) int64 the longest
-    phase its trend allows (ps).
+    """Which flows are steady, at what rate, for how long, drifting how (see Returns).
 
     The sending rate is exact for a paced or ACK-clocked flow, but a flow that PFC turns on
     and off (``cc=none`` on a shared bottleneck) sends in bursts shorter than a sample; its
@@ -40,11 +39,19 @@ def steady_rates(params: Params, state: State):
     either is, at that one's mean (the sending rate when both are).
 
     A congestion control that converges slowly (HPCC's fairness between flows that share a
-    bottleneck, over milliseconds) passes the spread test while its rate still drifts, and a
-    frozen phase stops that drift. So a phase of a flow steady by its (exact) sending rate
-    lasts at most until its trend would have moved the rate by ``DRIFT_SHARE`` θ of its
-    mean; the delivered rate's trend is mostly the noise of whole packets, and PFC's on-off
-    has no slow dynamics, so it sets no limit.
+    bottleneck, over milliseconds) passes the spread test while its rate still drifts. A
+    phase of a flow steady by its (exact) sending rate under a congestion control follows
+    that drift in the bytes it credits: it advances along the least-squares trend of its
+    samples (``steady_trend``, from the rate the trend gives now, not the ring's centre).
+    Its congestion control resumes where it froze (moving HPCC's windows along the trend
+    was tried, and its transients cost more than they saved), and a linear extrapolation
+    is trusted only so far: the phase lasts at most until the trend would move the rate by
+    ``DRIFT_SHARE`` θ of its mean. The delivered rate's trend is mostly the noise of whole
+    packets, and PFC's on-off has no slow dynamics: a flow steady by it alone has no trend
+    and no limit.
+
+    Returns (F,) bool steady, (F,) float64 rate (bytes/ps), (F,) int64 horizon (ps) and
+    (F,) float64 trend (bytes/ps per ps; 0 for a flow steady by its delivered rate).
     """
     st = state.steady
     sending_steady, sending, trend = _ring_test(params, st.rate_ring, st.n_samples)
@@ -53,4 +60,6 @@ def steady_rates(params: Params, state: State):
     samples = DRIFT_SHARE * params.steady.theta * sending / jnp.maximum(jnp.abs(trend), 1e-30)
     horizon_ps = jnp.minimum(samples * params.steady.sample_interval_ps.astype(jnp.float64), 2.0**60)
     horizon_ps = jnp.where(sending_steady, horizon_ps, 2.0**60).astype(jnp.int64)
-    return sending_steady | delivered_steady, jnp.where(sending_steady, sending, delivered), horizon_ps
+    drifts = sending_steady & (params.cc_kind != CC_NONE)  # line rate and PFC: nothing drifts
+    trend_per_ps = jnp.where(drifts, trend / params.steady.sample_interval_ps.astype(jnp.float64), 0.0)
+    return sending_steady | delivered_steady, jnp.where(sending_steady, sending, delivered), horizon_ps, trend_per_ps

@@ -28,17 +28,12 @@ from multiverse_jax.cc import dcqcn, dctcp, hpcc, timely
 from multiverse_jax.cc.events import AckEvent
 from multiverse_jax.components.cc import GATE_ENTRIES, CcState, whole_packet_allowance
 from multiverse_jax.components.experiment import CC_DCTCP, CC_HPCC, CC_NONE, Params, State
-from multiverse_jax.ops.cc import gap_ps, polls, timers_active
+from multiverse_jax.ops.cc import gap_ps, line_rate_bps, polls, timers_active
 from multiverse_jax.ops.packets import arriving_acks
 from multiverse_jax.ops.segments import fifo_head
 from multiverse_jax.units import NEVER
 
 NO_LIMIT = jnp.inf  # the allowance of a flow without a window
-
-
-def line_rate_bps(params: Params):
-    """(F,) float64 the rate of each flow's sender NIC."""
-    return params.links.link_rate_bps[params.nics.nic_port[params.flows.flow_src]].astype(jnp.float64)
 
 
 def window_based(params: Params):

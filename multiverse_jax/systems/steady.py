@@ -159,9 +159,15 @@ def _plan(params: Params, state: State, window_end_ps, candidate, rate, horizon_
 def _freeze(params: Params, state: State, window_end_ps) -> State:
     """Freeze every partition whose flows are all steady (see the module docstring)."""
     st = state.steady
-    is_steady, rate, horizon_ps = steady_rates(params, state)
+    is_steady, rate, horizon_ps, trend = steady_rates(params, state)
     watch = watched(params, state, window_end_ps)
-    rate = jax.lax.cond(params.steady.rate_maxmin, lambda: _maxmin_payload_rates(params, watch), lambda: rate)
+    # The mean of the ring is the rate at its centre, (l - 1) / 2 samples ago: a drifting
+    # flow is now that many samples further along its trend.
+    lag_ps = (params.steady.window - 1).astype(jnp.float64) / 2.0 * params.steady.sample_interval_ps.astype(jnp.float64)
+    rate = jnp.maximum(rate + trend * lag_ps, 0.0)
+    rate, trend = jax.lax.cond(
+        params.steady.rate_maxmin, lambda: (_maxmin_payload_rates(params, watch), jnp.zeros_like(trend)), lambda: (rate, trend)
+    )
     candidate = watch & is_steady & (_jumpable_packets(params, state) > 0)
     candidate = candidate & ~_unsettled(params, jnp.where(candidate, rate, 0.0))
     freeze, label, end_ps = _plan(params, state, window_end_ps, candidate, rate, horizon_ps)
@@ -187,6 +193,7 @@ def _freeze(params: Params, state: State, window_end_ps) -> State:
             frozen_since_ps=jnp.where(freeze, window_end_ps, st.frozen_since_ps),
             thaw_at_ps=jnp.where(freeze, end_ps, st.thaw_at_ps),
             steady_rate=jnp.where(freeze, rate, st.steady_rate),
+            steady_trend=jnp.where(freeze, trend, st.steady_trend),
             flow_jumps=st.flow_jumps + freeze,
             n_freezes=st.n_freezes + jnp.sum(freeze & (label == flow)).astype(jnp.int32),
         )
@@ -240,10 +247,11 @@ def _thaw(params: Params, state: State, window_end_ps) -> State:
     decided = state.links.pfc_decided_ps
     decided = jnp.where(port_thaws[:, None] & (decided >= 0), decided + port_delta[:, None], decided)
     state = state.replace(links=state.links.replace(pfc_decided_ps=decided))
-    # Credit the packets each flow sent at its steady rate.
+    # Credit the packets each flow sent at its steady rate, drifting along its trend.
     payload = params.payload_bytes.astype(jnp.float64)
-    sent = jnp.floor(st.steady_rate * delta_ps.astype(jnp.float64) / payload)
-    sent = jnp.minimum(sent, _jumpable_packets(params, state).astype(jnp.float64)).astype(jnp.int32)
+    phase_ps = delta_ps.astype(jnp.float64)
+    sent = jnp.floor((st.steady_rate + st.steady_trend * phase_ps / 2.0) * phase_ps / payload)
+    sent = jnp.clip(sent, 0.0, _jumpable_packets(params, state).astype(jnp.float64)).astype(jnp.int32)
     state = advance_flows(params, state, thawing, sent)
     port_thaw_ps = thaw_ps[jnp.maximum(port_label, 0)]  # a partition is named by one of its flows
     state = jax.lax.cond(
