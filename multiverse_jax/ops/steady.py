@@ -7,13 +7,15 @@ import jax.numpy as jnp
 from multiverse_jax.components.experiment import CC_NONE, Params, State
 
 
-DRIFT_SHARE = 1.0  # a phase ends before a drifting rate would move by this share of θ
+DRIFT_SHARE = 2.0  # a phase ends before a drifting rate could move by this share of θ ...
+TREND_ERRORS = 2.0  # ... at its trend plus this many standard errors of it (~95 %)
 
 
 def _ring_test(params: Params, ring, n_samples):
     """Over the last l samples of ``ring`` (F, L): (F,) bool they spread by less than θ of
-    their mean, (F,) float64 that mean (Wormhole eq. 6–7), and (F,) float64 their trend,
-    the least-squares slope in rate per sample (positive: rising)."""
+    their mean, (F,) float64 that mean (Wormhole eq. 6–7), (F,) float64 their trend, the
+    least-squares slope in rate per sample (positive: rising), and (F,) float64 that
+    slope's standard error (the residuals' spread around the line over √Σ age²)."""
     size, l = params.static.steady_window, params.steady.window
     back = jnp.arange(size)
     samples = jnp.take_along_axis(ring, (n_samples[:, None] - 1 - back) % size, axis=1)  # newest first
@@ -21,9 +23,13 @@ def _ring_test(params: Params, ring, n_samples):
     mean = jnp.sum(jnp.where(used, samples, 0.0), axis=1) / l
     spread = jnp.max(jnp.where(used, samples, -jnp.inf), axis=1) - jnp.min(jnp.where(used, samples, jnp.inf), axis=1)
     age = back - (l - 1) / 2.0  # centred sample index, newest first
-    slope = -jnp.sum(jnp.where(used, age * (samples - mean[:, None]), 0.0), axis=1) / jnp.sum(jnp.where(used, age**2, 0.0))
+    sum_age2 = jnp.sum(jnp.where(used, age**2, 0.0))
+    slope = -jnp.sum(jnp.where(used, age * (samples - mean[:, None]), 0.0), axis=1) / sum_age2
+    residual = samples - mean[:, None] + slope[:, None] * age  # the fit is mean - slope · age
+    variance = jnp.sum(jnp.where(used, residual**2, 0.0), axis=1) / jnp.maximum(l - 2, 1)
+    slope_error = jnp.sqrt(variance / sum_age2)
     steady = (n_samples >= l) & (mean > 0) & (spread < params.steady.theta * mean)
-    return steady, mean, slope
+    return steady, mean, slope, slope_error
 
 
 def steady_rates(params: Params, state: State):
@@ -45,8 +51,11 @@ def steady_rates(params: Params, state: State):
     samples (``steady_trend``, from the rate the trend gives now, not the ring's centre).
     Its congestion control resumes where it froze (moving HPCC's windows along the trend
     was tried, and its transients cost more than they saved), and a linear extrapolation
-    is trusted only so far: the phase lasts at most until the trend would move the rate by
-    ``DRIFT_SHARE`` θ of its mean. The delivered rate's trend is mostly the noise of whole
+    is trusted only so far: the phase lasts at most until the trend, plus ``TREND_ERRORS``
+    standard errors of it, would move the rate by ``DRIFT_SHARE`` θ of its mean. A slope
+    within that many standard errors of zero is noise (a lone flow), or a sawtooth seen at
+    a few points of its cycle (DCQCN): it is not followed, and its scatter keeps the phase
+    short. The delivered rate's trend is mostly the noise of whole
     packets, and PFC's on-off has no slow dynamics: a flow steady by it alone has no trend
     and no limit.
 
@@ -54,12 +63,16 @@ def steady_rates(params: Params, state: State):
     (F,) float64 trend (bytes/ps per ps; 0 for a flow steady by its delivered rate).
     """
     st = state.steady
-    sending_steady, sending, trend = _ring_test(params, st.rate_ring, st.n_samples)
-    delivered_steady, delivered, _ = _ring_test(params, st.delivered_ring, st.n_samples)
+    sending_steady, sending, trend, trend_error = _ring_test(params, st.rate_ring, st.n_samples)
+    delivered_steady, delivered, _, _ = _ring_test(params, st.delivered_ring, st.n_samples)
     delivered_steady = delivered_steady & (params.cc_kind == CC_NONE)
-    samples = DRIFT_SHARE * params.steady.theta * sending / jnp.maximum(jnp.abs(trend), 1e-30)
+    # The horizon counts the slope's uncertainty: samples scattered around their line
+    # (a sawtooth seen at a few points of its cycle) trust the line for less long.
+    drift = jnp.abs(trend) + TREND_ERRORS * trend_error
+    samples = DRIFT_SHARE * params.steady.theta * sending / jnp.maximum(drift, 1e-30)
     horizon_ps = jnp.minimum(samples * params.steady.sample_interval_ps.astype(jnp.float64), 2.0**60)
     horizon_ps = jnp.where(sending_steady, horizon_ps, 2.0**60).astype(jnp.int64)
-    drifts = sending_steady & (params.cc_kind != CC_NONE)  # line rate and PFC: nothing drifts
+    # Line rate and PFC (cc=none) do not drift; a slope within its noise is no drift.
+    drifts = sending_steady & (params.cc_kind != CC_NONE) & (jnp.abs(trend) > TREND_ERRORS * trend_error)
     trend_per_ps = jnp.where(drifts, trend / params.steady.sample_interval_ps.astype(jnp.float64), 0.0)
     return sending_steady | delivered_steady, jnp.where(sending_steady, sending, delivered), horizon_ps, trend_per_ps
