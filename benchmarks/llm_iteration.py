@@ -34,6 +34,7 @@ the run's wall time per window.
     python benchmarks/llm_iteration.py --quick
     python benchmarks/llm_iteration.py --dry-run              # graph sizes and memory only
     python benchmarks/llm_iteration.py --max-minutes 2        # GPT-3 13B, each point cut at 2 min
+    python benchmarks/llm_iteration.py --mode hybrid --topologies fattree --splits 8,1,16
 """
 
 from __future__ import annotations
@@ -154,6 +155,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-slots-per-host", type=int, default=4096, help="give up raising slots past this")
     p.add_argument("--steps-per-call", type=int, default=64, help="windows per compiled call (default 64)")
     p.add_argument("--batching", choices=engine.BATCHING_MODES, default="auto", help="engine batching (E=1 here; default auto)")
+    p.add_argument("--mode", choices=["packet", "hybrid", "flow"], default="packet",
+                   help="sim.mode: packet (default), hybrid (steady flows jump at flow level) or flow (max-min, no packets)")
     p.add_argument("--max-minutes", type=float, default=10.0,
                    help="wall budget of one point's run (compile excluded); past it the point stops as 'timeout' (default 10)")
     p.add_argument("--max-sim-ms", type=float, default=10_000.0,
@@ -242,7 +245,7 @@ def point_config(kind: str, split, args, model: llm.ModelSpec) -> dict:
             "gpu": args.gpu,
             "placement": "packed",
         },
-        "sim": {"sample_interval_us": 0, "max_time_us": args.max_sim_ms * 1000.0},
+        "sim": {"sample_interval_us": 0, "max_time_us": args.max_sim_ms * 1000.0, "mode": args.mode},
     }
     if args.payload_bytes is not None:
         cfg["packet"] = {"payload_bytes": args.payload_bytes}

@@ -194,8 +194,9 @@ def test_small_llm_iteration_within_one_percent():
 @pytest.mark.parametrize("cc", ["hpcc", "none"])
 def test_a_drifting_rate_gives_its_trend_and_a_horizon(cc):
     """Flow 0's ring of rates rises on a line (within θ): the steady test returns its
-    least-squares slope per ps (under a congestion control; cc=none has no slow dynamics: 0)
-    and a horizon over which it moves the rate by DRIFT_SHARE θ of its mean. Flow 1's
+    least-squares slope per ps and a horizon over which it moves the rate by DRIFT_SHARE θ
+    of its mean (under a congestion control; cc=none has no slow dynamics: no trend, no
+    horizon). Flow 1's
     samples zigzag around a constant (a sawtooth seen at a few points): no trend, and a
     horizon shortened by the slope's standard error (numpy's fit as the reference)."""
     batch = build_batch([elephants(cc, "hybrid")], static=SHAPES, slots_per_host=SHAPES.slots_per_host)
@@ -213,6 +214,9 @@ def test_a_drifting_rate_gives_its_trend_and_a_horizon(cc):
     mean = base + step * (l - 1) / 2
     assert rate[0] == pytest.approx(mean, rel=1e-12)
     assert trend[0] == pytest.approx(step / interval_ps if cc == "hpcc" else 0.0, rel=1e-9)
+    if cc == "none":
+        assert trend[1] == 0.0 and horizon_ps[0] == horizon_ps[1] == 2**60
+        return
     assert abs(int(horizon_ps[0]) - DRIFT_SHARE * theta * mean / step * interval_ps) <= 1  # whole ps
     (slope, _), cov = np.polyfit(np.arange(l), ring[1, :l], 1, cov="unscaled")
     residual = ring[1, :l] - np.polyval(np.polyfit(np.arange(l), ring[1, :l], 1), np.arange(l))

@@ -55,12 +55,12 @@ def steady_rates(params: Params, state: State):
     standard errors of it, would move the rate by ``DRIFT_SHARE`` θ of its mean. A slope
     within that many standard errors of zero is noise (a lone flow), or a sawtooth seen at
     a few points of its cycle (DCQCN): it is not followed, and its scatter keeps the phase
-    short. The delivered rate's trend is mostly the noise of whole
-    packets, and PFC's on-off has no slow dynamics: a flow steady by it alone has no trend
-    and no limit.
+    short. Under ``cc=none`` rates are the line rate and PFC's on-off, which have no slow
+    dynamics: no trend and no limit (nor for a flow steady by its delivered rate, whose
+    trend is mostly the noise of whole packets).
 
     Returns (F,) bool steady, (F,) float64 rate (bytes/ps), (F,) int64 horizon (ps) and
-    (F,) float64 trend (bytes/ps per ps; 0 for a flow steady by its delivered rate).
+    (F,) float64 trend (bytes/ps per ps; 0 where not followed).
     """
     st = state.steady
     sending_steady, sending, trend, trend_error = _ring_test(params, st.rate_ring, st.n_samples)
@@ -71,8 +71,8 @@ def steady_rates(params: Params, state: State):
     drift = jnp.abs(trend) + TREND_ERRORS * trend_error
     samples = DRIFT_SHARE * params.steady.theta * sending / jnp.maximum(drift, 1e-30)
     horizon_ps = jnp.minimum(samples * params.steady.sample_interval_ps.astype(jnp.float64), 2.0**60)
-    horizon_ps = jnp.where(sending_steady, horizon_ps, 2.0**60).astype(jnp.int64)
-    # Line rate and PFC (cc=none) do not drift; a slope within its noise is no drift.
-    drifts = sending_steady & (params.cc_kind != CC_NONE) & (jnp.abs(trend) > TREND_ERRORS * trend_error)
+    controlled = sending_steady & (params.cc_kind != CC_NONE)  # line rate and PFC have no slow dynamics
+    horizon_ps = jnp.where(controlled, horizon_ps, 2.0**60).astype(jnp.int64)
+    drifts = controlled & (jnp.abs(trend) > TREND_ERRORS * trend_error)  # a slope within its noise is none
     trend_per_ps = jnp.where(drifts, trend / params.steady.sample_interval_ps.astype(jnp.float64), 0.0)
     return sending_steady | delivered_steady, jnp.where(sending_steady, sending, delivered), horizon_ps, trend_per_ps

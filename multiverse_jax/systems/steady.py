@@ -139,15 +139,25 @@ def _jumpable_packets(params: Params, state: State):
     return jnp.maximum(left, 0)
 
 
-def _plan(params: Params, state: State, window_end_ps, candidate, rate, horizon_ps):
+def _to_margin_ps(params: Params, state: State, rate, trend):
+    """(F,) float64 ps until each flow, sending at ``rate`` + ``trend`` · t (bytes/ps), has only
+    its margin left: the root of rate · T + trend · T² / 2 = bytes, written
+    T = 2 bytes / (rate + √(rate² + 2 trend bytes)) so that it holds as the trend goes to 0
+    (never, if a falling rate stops first)."""
+    to_send = _jumpable_packets(params, state) * params.payload_bytes.astype(jnp.float64)
+    discriminant = rate**2 + 2.0 * trend * to_send
+    root = 2.0 * to_send / jnp.maximum(rate + jnp.sqrt(jnp.maximum(discriminant, 0.0)), 1e-30)
+    return jnp.where(discriminant >= 0.0, root, jnp.inf)
+
+
+def _plan(params: Params, state: State, window_end_ps, candidate, rate, trend, horizon_ps):
     """Which flows freeze now (F,) bool, their partitions (F,) int32 and planned ends (F,) int64."""
     n_flows = params.static.n_flows
     member = watched(params, state, window_end_ps)
     label = partition_labels(partition_ports(params), member, params.static.n_ports)
     slot = jnp.where(member, label, n_flows)  # a spare segment for non-members
     unsteady = jnp.zeros(n_flows + 1, bool).at[slot].max(member & ~candidate)
-    payload = params.payload_bytes.astype(jnp.float64)
-    to_margin_ps = jnp.floor(_jumpable_packets(params, state) * payload / jnp.maximum(rate, 1e-30))
+    to_margin_ps = jnp.floor(_to_margin_ps(params, state, rate, trend))
     end_ps = window_end_ps + jnp.minimum(jnp.minimum(to_margin_ps, 2.0**60).astype(jnp.int64), horizon_ps)
     end_ps = jnp.full(n_flows + 1, NEVER).at[slot].min(jnp.where(candidate, end_ps, NEVER))
     end_ps = jnp.minimum(end_ps, params.max_time_ps + 1)[slot]
@@ -170,7 +180,7 @@ def _freeze(params: Params, state: State, window_end_ps) -> State:
     )
     candidate = watch & is_steady & (_jumpable_packets(params, state) > 0)
     candidate = candidate & ~_unsettled(params, jnp.where(candidate, rate, 0.0))
-    freeze, label, end_ps = _plan(params, state, window_end_ps, candidate, rate, horizon_ps)
+    freeze, label, end_ps = _plan(params, state, window_end_ps, candidate, rate, trend, horizon_ps)
     ports = partition_ports(params)
     n_ports = params.static.n_ports
     port_label = jnp.full(n_ports, -1, jnp.int32).at[jnp.where(freeze[:, None] & (ports >= 0), ports, n_ports)].max(
