@@ -111,7 +111,7 @@ def test_conservation_and_monotone_clocks(experiments):
 EAGER = dict(theta=0.5, window=2, sample_interval_us=0.5)
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(networks(), min_size=1, max_size=3), st.sampled_from(["freeze", "empty", "last", "mean"]))
 def test_conservation_in_hybrid_mode(experiments, restore):
     hybrid = [
