@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.ops.pfc import counted_until_ps
 from multiverse_jax.ops.segments import count_by
+from multiverse_jax.ops.steady import newest_first
 
 RESTORE_FREEZE, RESTORE_EMPTY, RESTORE_LAST, RESTORE_MEAN = 0, 1, 2, 3
 
@@ -36,11 +37,11 @@ def restored_depth(params: Params, history, n_history, current):
     ``(n_history - 1) % L``), and ``current`` (P,) the frozen depths."""
     size = params.static.steady_window
     back = jnp.arange(size)
-    newest_first = history[:, (n_history - 1 - back) % size]
+    samples = newest_first(history, n_history)
     window = jnp.minimum(params.steady.window, jnp.maximum(n_history, 1))
     used = back < window
-    mean = jnp.sum(jnp.where(used, newest_first, 0), axis=1) // window
-    last = jnp.where(n_history > 0, newest_first[:, 0], current)
+    mean = jnp.sum(jnp.where(used, samples, 0), axis=1) // window
+    last = jnp.where(n_history > 0, samples[:, 0], current)
     choice = params.steady.restore
     depth = jnp.where(choice == RESTORE_EMPTY, 0, jnp.where(choice == RESTORE_LAST, last, mean))
     return jnp.where(choice == RESTORE_FREEZE, current, depth)

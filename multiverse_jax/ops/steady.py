@@ -11,6 +11,14 @@ DRIFT_SHARE = 2.0  # a phase ends before a drifting rate could move by this shar
 TREND_ERRORS = 2.0  # ... at its trend plus this many standard errors of it (~95 %)
 
 
+def newest_first(ring, n_taken):
+    """``ring`` (R, L) reordered newest sample first: ``n_taken`` (R,) or () samples written so
+    far, the newest at ``(n_taken - 1) % L``."""
+    size = ring.shape[1]
+    index = (jnp.reshape(n_taken, (-1, 1)) - 1 - jnp.arange(size)) % size
+    return jnp.take_along_axis(ring, jnp.broadcast_to(index, ring.shape), axis=1)
+
+
 def _ring_test(params: Params, ring, n_samples):
     """Over the last l samples of ``ring`` (F, L): (F,) bool they spread by less than θ of
     their mean, (F,) float64 that mean (Wormhole eq. 6–7), (F,) float64 their trend, the
@@ -18,7 +26,7 @@ def _ring_test(params: Params, ring, n_samples):
     slope's standard error (the residuals' spread around the line over √Σ age²)."""
     size, l = params.static.steady_window, params.steady.window
     back = jnp.arange(size)
-    samples = jnp.take_along_axis(ring, (n_samples[:, None] - 1 - back) % size, axis=1)  # newest first
+    samples = newest_first(ring, n_samples)
     used = back < l
     mean = jnp.sum(jnp.where(used, samples, 0.0), axis=1) / l
     spread = jnp.max(jnp.where(used, samples, -jnp.inf), axis=1) - jnp.min(jnp.where(used, samples, jnp.inf), axis=1)
