@@ -18,10 +18,11 @@ import numpy as np
 from multiverse_jax.components.experiment import Params, State, experiment_params, initial_state
 from multiverse_jax.components.static import Static
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
-from multiverse_jax.conf.schema import SimMode
+from multiverse_jax.conf.schema import HybridRestore, SimMode
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
+from multiverse_jax.restorer.features import N_HISTORY
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +96,13 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         path_len=biggest(path_len),
         flow_level=flow_level,
         steady_window=max(1, biggest(lambda e: e.hybrid.window if e.sim.mode == SimMode.hybrid else 1)),
+        restorer_history=N_HISTORY if any(_learned_restore(e) for e in experiments) else 1,
     )
+
+
+def _learned_restore(e: Experiment) -> bool:
+    """The experiment runs the learned restorer (hybrid mode, ``hybrid.restore=transformer``)."""
+    return e.sim.mode == SimMode.hybrid and e.hybrid.restore == HybridRestore.transformer
 
 
 def _flow_level(experiments) -> bool:

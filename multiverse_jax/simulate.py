@@ -164,6 +164,8 @@ def _summary(experiment: Experiment, columns: dict, host: dict, e: int) -> dict:
         "packet_hops_skipped": int(host["skipped_hops"][e]),  # estimated: packets jumped times their links
         "steady_entries": int(host["n_freezes"][e]),  # partitions frozen
         "steady_exits": int(host["n_thaws"][e]),
+        "restore_added_packets": int(host["restore_added"][e]),  # put back into queues at re-entry
+        "restore_drained_packets": int(host["restore_drained"][e]),  # taken off queues (delivered) at re-entry
         "flow_level_share": float(np.sum(columns["flow_level_us"]) / max(np.nansum(fct), 1e-9)) if finished.size else 0.0,
         **overflow_summary(overflows),
     }
@@ -194,6 +196,8 @@ def results(
             "skipped_hops": state.steady.skipped_hops,
             "n_freezes": state.steady.n_freezes,
             "n_thaws": state.steady.n_thaws,
+            "restore_added": state.steady.restore_added_packets,
+            "restore_drained": state.steady.restore_drained_packets,
         }
     )
     out = []

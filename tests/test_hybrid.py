@@ -4,6 +4,7 @@ freeze and jump at their measured rates, and thaw when something touches them.""
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -13,14 +14,19 @@ from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import HybridConfig, SimConfig
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.experiment import Experiment
+from multiverse_jax.ops.packets import port_queue_bytes
+from multiverse_jax.ops.restore import grow_queues
 from multiverse_jax.ops.steady import DRIFT_SHARE, TREND_ERRORS, steady_rates
 from multiverse_jax.peers.scenarios import ring_allreduce
+from multiverse_jax.restorer.features import N_HISTORY
 from multiverse_jax.simulate import results, simulate
 from multiverse_jax.topology.fattree import fattree
 from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload.flows import make_flows
 
-SHAPES = dataclasses.replace(SMALL, slots_per_host=512, int_hops=5, steady_window=8)  # cc=none queues a shared bottleneck under PFC; HPCC telemetry
+# cc=none queues a shared bottleneck under PFC; HPCC telemetry; the learned restorer compiled in
+# (restorer_history), so the hybrid.restore=transformer tests share these programs.
+SHAPES = dataclasses.replace(SMALL, slots_per_host=512, int_hops=5, steady_window=8, restorer_history=N_HISTORY)
 MB = 1_000_000
 TOPOLOGY = fattree(4, 100.0, 1.0)
 
@@ -150,6 +156,23 @@ def test_restore_policies_keep_every_byte(restore):
     np.testing.assert_array_equal(change[2:], 0)
 
 
+def test_learned_restorer_keeps_every_invariant():
+    """hybrid.restore=transformer (the shipped model, evaluated in the step at each
+    re-entry): every flow ends with every byte delivered once, the run is deterministic,
+    and it is the same in a batch (beside a freeze experiment) as alone, bit for bit."""
+    experiments = [elephants("none", "hybrid", scale=0.05), elephants("none", "hybrid", scale=0.05, restore="transformer")]
+    together = run(experiments)[1]
+    alone, again = run([experiments[1]])[0], run([experiments[1]])[0]
+    assert together.ok, together.summary
+    np.testing.assert_array_equal(together.flows["rx_bytes"], experiments[1].flows.size_bytes)
+    assert together.summary["steady_exits"] >= 1
+    for other in (alone, again):
+        for key in ("finish_ps", "rx_bytes", "flow_level_us"):
+            np.testing.assert_array_equal(together.flows[key], other.flows[key])
+        for key in ("n_windows", "restore_added_packets", "restore_drained_packets"):
+            assert together.summary[key] == other.summary[key]
+
+
 def test_maxmin_rates_are_the_fair_shares():
     """hybrid.rate=maxmin: a phase runs at the max-min fair share of its links' payload
     capacity (half of the shared downlink for the pair, all of it for a lone flow), and the
@@ -224,3 +247,31 @@ def test_a_drifting_rate_gives_its_trend_and_a_horizon(cc):
     assert abs(slope) < TREND_ERRORS * slope_error and trend[1] == 0.0
     expected_ps = DRIFT_SHARE * theta * ring[1, :l].mean() / (abs(slope) + TREND_ERRORS * slope_error) * interval_ps
     assert horizon_ps[1] == pytest.approx(expected_ps, rel=1e-9, abs=1)
+
+
+def test_grow_queues_puts_back_credited_packets():
+    """ops.restore.grow_queues: a switch port below its target gets full packets of the
+    flow crossing it, queued there since the re-entry, out of what the flow was credited
+    with (no more than that), which stay sent but are no longer counted delivered."""
+    batch = build_batch([late_flow(False)], static=SHAPES, slots_per_host=SHAPES.slots_per_host)
+    state = engine.advance(batch.params, batch.state, 20)
+    params, state = jax.tree.map(lambda x: x[0], (batch.params, state))
+    port = int(params.flows.flow_data_path[0, 1])  # flow 0's edge uplink
+    wire = int(params.payload_bytes + params.header_bytes)
+    depth = port_queue_bytes(params, state.packets)
+    target = depth.at[port].add(5 * wire)
+    mask = jnp.zeros(params.static.n_ports, bool).at[port].set(True)
+    now_ps = jnp.full(params.static.n_ports, state.time_ps)
+    grow = jax.jit(grow_queues)
+    for credit, added in ((3, 3), (100, 5)):
+        credited = jnp.zeros(params.static.n_flows, jnp.int32).at[0].set(credit)
+        grown = grow(params, state, mask, target, now_ps, credited)
+        assert int(port_queue_bytes(params, grown.packets)[port] - depth[port]) == added * wire
+        new = np.asarray(grown.packets.pkt_valid & ~state.packets.pkt_valid)
+        assert new.sum() == added and int(grown.steady.restore_added_packets) == added
+        assert np.all(np.asarray(grown.packets.pkt_flow)[new] == 0) and np.all(np.asarray(grown.packets.pkt_hop)[new] == 1)
+        assert not np.any(np.asarray(grown.packets.pkt_in_flight)[new])
+        assert np.all(np.asarray(grown.packets.pkt_time_ps)[new] == int(state.time_ps))
+        assert int(state.flows.flow_rx_packets[0] - grown.flows.flow_rx_packets[0]) == added
+        assert int(state.flows.flow_acked_packets[0] - grown.flows.flow_acked_packets[0]) == added
+        np.testing.assert_array_equal(grown.flows.flow_sent_packets, state.flows.flow_sent_packets)

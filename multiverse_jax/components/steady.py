@@ -25,7 +25,13 @@ from multiverse_jax.units import NEVER, PS_PER_US
 FROZEN_OFFSET_PS = 1 << 61
 FROZEN_THRESHOLD_PS = 1 << 60
 
-RESTORE_CODES = {HybridRestore.freeze: 0, HybridRestore.empty: 1, HybridRestore.last: 2, HybridRestore.mean: 3}  # ops/restore.py
+RESTORE_CODES = {  # ops/restore.py
+    HybridRestore.freeze: 0,
+    HybridRestore.empty: 1,
+    HybridRestore.last: 2,
+    HybridRestore.mean: 3,
+    HybridRestore.transformer: 4,
+}
 
 
 @struct.dataclass
@@ -58,12 +64,16 @@ class SteadyState:
     port_depth_ring: chex.Array  # (P, L) int64 queue depth of each port at the last L rate samples (bytes)
     n_depth_samples: chex.Array  # () int32 depth samples taken (the newest at (n - 1) % L)
     port_restore_bytes: chex.Array  # (P,) int64 the depth a frozen port is rebuilt to when it thaws (ops/restore.py)
+    port_frozen_history: chex.Array  # (P, Hr) int64 a frozen port's last Hr depth samples before its phase, newest
+    #   first (Hr = Static.restorer_history: the learned restorer's input; 1 when no experiment uses it)
     steady_rate: chex.Array  # (F,) float64 bytes/ps it advances at when its phase begins
     steady_trend: chex.Array  # (F,) float64 bytes/ps per ps: how that rate drifts during the phase (0: constant)
     flow_level_ps: chex.Array  # (F,) int64 simulated time the flow spent frozen (at flow level)
     flow_jumps: chex.Array  # (F,) int32 frozen phases the flow took part in
     n_freezes: chex.Array  # () int32 partitions frozen (steady entries)
     n_thaws: chex.Array  # () int32 partitions thawed (steady exits)
+    restore_added_packets: chex.Array  # () int64 packets put back into queues at re-entry (hybrid.restore=transformer)
+    restore_drained_packets: chex.Array  # () int64 packets drained from queues at re-entry (delivered at once)
     skipped_hops: chex.Array  # () int64 packet-hops not simulated (packets jumped times their path's links, ACKs included)
 
 
@@ -118,11 +128,14 @@ def initial_steady_state(exp: Experiment, s: Static) -> SteadyState:
         port_depth_ring=np.zeros((s.n_ports, s.steady_window), np.int64),
         n_depth_samples=np.int32(0),
         port_restore_bytes=np.zeros(s.n_ports, np.int64),
+        port_frozen_history=np.zeros((s.n_ports, s.restorer_history), np.int64),
         steady_rate=np.zeros(n),
         steady_trend=np.zeros(n),
         flow_level_ps=np.zeros(n, np.int64),
         flow_jumps=np.zeros(n, np.int32),
         n_freezes=np.int32(0),
         n_thaws=np.int32(0),
+        restore_added_packets=np.int64(0),
+        restore_drained_packets=np.int64(0),
         skipped_hops=np.int64(0),
     )

@@ -249,6 +249,7 @@ class HybridRestore(enum.StrEnum):
     empty = "empty"  # drained: its packets are delivered at re-entry
     last = "last"  # the depth last sampled before the phase (a partition freezes at a sample: = freeze)
     mean = "mean"  # the mean depth of the last hybrid.window samples (averages a sawtooth queue)
+    transformer = "transformer"  # the learned restorer's prediction (restorer/, HyGra Alg. 2)
 
 
 # --- Groups --------------------------------------------------------------------------------

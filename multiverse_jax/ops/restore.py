@@ -9,13 +9,18 @@ ports is rebuilt to a depth chosen by the policy from the port's sampled depth h
 * ``last``: the depth of the last rate sample before the phase. A partition freezes right
   after a sample, so this is the frozen depth too;
 * ``mean``: the mean depth of the last l samples (the steady window), which averages a
-  sawtooth queue instead of keeping the instant it froze at.
+  sawtooth queue instead of keeping the instant it froze at;
+* ``transformer``: the learned restorer's prediction at the phase's end, from the port's
+  depth history before the phase, its context and the phase's length
+  (``restorer/inference.py``; HyGra Alg. 2).
 
-A queue is only ever drained, never grown: the packets taken off its tail are delivered
-at re-entry, credited to their flows as received and acknowledged, so every byte is still
+A queue above its target is drained: the packets taken off its tail are delivered at
+re-entry, credited to their flows as received and acknowledged, so every byte is still
 delivered exactly once; a link that PFC paused and whose ingress now holds less than XON
-resumes at the re-entry (``resume_drained_links``) (a restorer that grows a queue must take the packets from its
-flows' unsent bytes: the next issue's learned restorer).
+resumes at the re-entry (``resume_drained_links``). Only the learned restorer grows a
+queue below its target (``grow_queues``): with packets of the flows crossing the port,
+taken from what they were just credited with as delivered, so those bytes are delivered
+once, later, when the packets reach their receivers.
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.components.experiment import LB_SPRAY, Params, State
+from multiverse_jax.ops.packets import port_queue_bytes
 from multiverse_jax.ops.pfc import counted_until_ps
 from multiverse_jax.ops.segments import count_by
 from multiverse_jax.ops.steady import newest_first
 
-RESTORE_FREEZE, RESTORE_EMPTY, RESTORE_LAST, RESTORE_MEAN = 0, 1, 2, 3
+RESTORE_FREEZE, RESTORE_EMPTY, RESTORE_LAST, RESTORE_MEAN, RESTORE_TRANSFORMER = 0, 1, 2, 3, 4
 
 
 def restored_depth(params: Params, history, n_history, current):
@@ -45,6 +51,15 @@ def restored_depth(params: Params, history, n_history, current):
     choice = params.steady.restore
     depth = jnp.where(choice == RESTORE_EMPTY, 0, jnp.where(choice == RESTORE_LAST, last, mean))
     return jnp.where(choice == RESTORE_FREEZE, current, depth)
+
+
+def frozen_history(params: Params, history, n_history):
+    """(P, Hr) int64 the newest Hr = ``Static.restorer_history`` of the depth samples in
+    ``history`` (P, L), newest first (a ring shorter than Hr repeats its oldest sample):
+    what the learned restorer reads when the port's phase ends."""
+    samples = newest_first(history, n_history)
+    index = jnp.minimum(jnp.arange(params.static.restorer_history), samples.shape[1] - 1)
+    return samples[:, index]
 
 
 def drain_queues(params: Params, state: State, port_mask, target_bytes) -> State:
@@ -64,7 +79,9 @@ def drain_queues(params: Params, state: State, port_mask, target_bytes) -> State
     drained = jnp.zeros(n_slots, bool).at[slot_s].set(over_s)
     data = drained & ~pkts.pkt_is_ack
     payload = pkts.pkt_bytes.astype(jnp.int64) - params.header_bytes
+    steady = state.steady
     return state.replace(
+        steady=steady.replace(restore_drained_packets=steady.restore_drained_packets + jnp.sum(drained)),
         packets=pkts.replace(pkt_valid=pkts.pkt_valid & ~drained),
         flows=flows.replace(
             flow_rx_packets=flows.flow_rx_packets + count_by(data, pkts.pkt_flow, n_flows),
@@ -92,3 +109,113 @@ def resume_drained_links(params: Params, state: State, link_mask, now_ps) -> Sta
             pfc_paused=jnp.where(resume[:, None], paused, links.pfc_paused),
         )
     )
+
+
+def grow_queues(params: Params, state: State, port_mask, target_bytes, now_ps, credited) -> State:
+    """Put packets back into the queues of the ports of ``port_mask`` (P,) that hold less
+    than ``target_bytes`` (P,), arriving at ``now_ps`` (P,): full packets of the flows whose
+    data path crosses the port, shared in proportion to their steady rates (the mix of a
+    FIFO fed at those rates). They come out of ``credited`` (F,) int32, the packets each
+    flow was just credited with as delivered: those stay sent but are no longer delivered
+    nor acknowledged, so every byte is still delivered exactly once (when the packet
+    arrives). Each takes a free slot of its sender's share of the pool; a flow or host
+    without enough gives fewer."""
+    fp, pkts, flows = params.flows, state.packets, state.flows
+    n_flows, n_ports, n_slots = params.static.n_flows, params.static.n_ports, params.static.n_slots
+    wire = (params.payload_bytes + params.header_bytes).astype(jnp.int64)
+    path = fp.flow_data_path  # (F, Hp)
+    hop = jnp.broadcast_to(jnp.arange(path.shape[1]), path.shape)
+    port = jnp.where(path >= 0, path, n_ports)
+    growing = jnp.concatenate([port_mask & (target_bytes > port_queue_bytes(params, pkts)), jnp.zeros(1, bool)])
+    deficit = jnp.concatenate([jnp.maximum(target_bytes - port_queue_bytes(params, pkts), 0) // wire, jnp.zeros(1, jnp.int64)])
+    entry = growing[port] & (credited > 0)[:, None] & (hop >= 1)  # (F, Hp): flow f refills port path[f, j]
+    weight = jnp.where(entry, jnp.maximum(state.steady.steady_rate, 1e-12)[:, None], 0.0)  # no rates yet: equal shares
+    total = jax.ops.segment_sum(weight.reshape(-1), port.reshape(-1), n_ports + 1)
+    want = jnp.floor(deficit[port] * weight / jnp.maximum(total[port], 1e-30)).astype(jnp.int32)  # (F, Hp)
+    # Caps: a flow gives at most what it was credited; a host at most its free slots.
+    before_flow = jnp.cumsum(want, axis=1) - want
+    count = jnp.clip(credited[:, None] - before_flow, 0, want)
+    host = jnp.broadcast_to(fp.flow_src[:, None], path.shape).reshape(-1)
+    count, first_rank = _take_free_slots(params, pkts, host, count.reshape(-1))
+    # Slot s, the r-th free slot of its host, goes to the entry whose ranks cover r.
+    slots_per_host = params.static.slots_per_host
+    free = ~pkts.pkt_valid
+    rank = (jnp.cumsum(free.reshape(-1, slots_per_host), axis=1) - 1).reshape(-1)
+    slot_host = jnp.arange(n_slots) // slots_per_host
+    key = host.astype(jnp.int64) * n_slots + first_rank
+    order = jnp.argsort(jnp.where(count > 0, key, jnp.iinfo(jnp.int64).max))
+    sorted_key = jnp.where(count > 0, key, jnp.iinfo(jnp.int64).max)[order]
+    slot_key = slot_host.astype(jnp.int64) * n_slots + rank
+    e = order[jnp.clip(jnp.searchsorted(sorted_key, slot_key, side="right") - 1, 0, order.shape[0] - 1)]
+    new = free & (host[e] == slot_host) & (rank >= first_rank[e]) & (rank < first_rank[e] + count[e])
+    flow, at_hop = e // path.shape[1], e % path.shape[1]
+    return _place(params, state, new, flow, at_hop, now_ps, count.reshape(path.shape).sum(axis=1))
+
+
+def _take_free_slots(params: Params, pkts, host, count):
+    """Cap ``count`` (E,) per entry so that each host's entries (``host`` (E,)) together
+    take at most its free slots, in entry order; returns the capped counts and (E,) each
+    entry's first free-slot rank within its host (entries take consecutive ranks)."""
+    n_hosts, slots_per_host = params.static.n_hosts, params.static.slots_per_host
+    free = jnp.sum(~pkts.pkt_valid.reshape(n_hosts, slots_per_host), axis=1)
+    order = jnp.argsort(host, stable=True)  # each host's entries together, in entry order
+    by_host = host[order]
+
+    def before_in_host(values):  # (E,) sum of the values of the host's earlier entries
+        exclusive = jnp.cumsum(values) - values
+        return exclusive - jax.ops.segment_min(exclusive, by_host, n_hosts)[by_host]
+
+    wanted = count[order]
+    capped = jnp.clip(free[by_host] - before_in_host(wanted), 0, wanted)
+    unsort = jnp.argsort(order)
+    return capped[unsort], before_in_host(capped)[unsort]
+
+
+def _place(params: Params, state: State, new, flow, at_hop, now_ps, given) -> State:
+    """Write the packets of ``new`` (S,) slots: flow ``flow`` (S,), queued at hop ``at_hop``
+    (S,) of its data path since ``now_ps`` of that port; ``given`` (F,) packets each flow gave."""
+    fp, pkts, flows, hpcc = params.flows, state.packets, state.flows, state.cc.hpcc
+    path = fp.flow_data_path
+    port = path[flow, at_hop]
+    arrival = now_ps[jnp.maximum(port, 0)]
+    seq = flows.flow_sent_packets[flow] - 1  # any: sequence numbers only seed hashes
+    salt = jnp.where(params.lb_kind == LB_SPRAY, (seq + 1).astype(jnp.uint32), jnp.uint32(0))
+
+    def put(column, value):
+        return jnp.where(new.reshape(new.shape + (1,) * (column.ndim - 1)), jnp.asarray(value).astype(column.dtype), column)
+
+    # HPCC: the flow's own telemetry of its path, so its ACK does not look like a new path
+    # (the hops it crosses from here on are overwritten as it leaves them).
+    pkts = pkts.replace(
+        pkt_valid=pkts.pkt_valid | new,
+        pkt_is_ack=put(pkts.pkt_is_ack, False),
+        pkt_flow=put(pkts.pkt_flow, flow),
+        pkt_seq=put(pkts.pkt_seq, seq),
+        pkt_bytes=put(pkts.pkt_bytes, params.payload_bytes + params.header_bytes),
+        pkt_port=put(pkts.pkt_port, port),
+        pkt_in_flight=put(pkts.pkt_in_flight, False),
+        pkt_time_ps=put(pkts.pkt_time_ps, arrival),
+        pkt_scheduled_ps=put(pkts.pkt_scheduled_ps, arrival),
+        pkt_rank=put(pkts.pkt_rank, flow),
+        pkt_ingress=put(pkts.pkt_ingress, path[flow, jnp.maximum(at_hop - 1, 0)]),
+        pkt_ingress_ps=put(pkts.pkt_ingress_ps, arrival),
+        pkt_hop=put(pkts.pkt_hop, at_hop),
+        pkt_path_salt=put(pkts.pkt_path_salt, salt),
+        pkt_ecn=put(pkts.pkt_ecn, False),
+        pkt_cnp=put(pkts.pkt_cnp, False),
+        pkt_sent_ps=put(pkts.pkt_sent_ps, arrival),
+        pkt_int_port=put(pkts.pkt_int_port, hpcc.flow_int_port[flow]),
+        pkt_int_ts_ps=put(pkts.pkt_int_ts_ps, hpcc.flow_int_ts_ps[flow]),
+        pkt_int_tx_bytes=put(pkts.pkt_int_tx_bytes, hpcc.flow_int_tx_bytes[flow]),
+        pkt_int_qlen_bytes=put(pkts.pkt_int_qlen_bytes, hpcc.flow_int_qlen_bytes[flow]),
+    )
+    payload = params.payload_bytes.astype(jnp.int64)
+    given = given.astype(flows.flow_rx_packets.dtype)
+    flows = flows.replace(
+        flow_rx_packets=flows.flow_rx_packets - given,
+        flow_rx_bytes=flows.flow_rx_bytes - given.astype(jnp.int64) * payload,
+        flow_acked_packets=flows.flow_acked_packets - given,
+    )
+    steady = state.steady
+    added = steady.restore_added_packets + jnp.sum(new)
+    return state.replace(packets=pkts, flows=flows, steady=steady.replace(restore_added_packets=added))

@@ -33,8 +33,17 @@ from multiverse_jax.ops.freeze import advance_flows, move_times
 from multiverse_jax.ops.partitions import partition_labels
 from multiverse_jax.ops.maxmin import maxmin_rates
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE, port_queue_bytes
-from multiverse_jax.ops.restore import RESTORE_FREEZE, drain_queues, restored_depth, resume_drained_links
+from multiverse_jax.ops.restore import (
+    RESTORE_FREEZE,
+    RESTORE_TRANSFORMER,
+    drain_queues,
+    frozen_history,
+    grow_queues,
+    restored_depth,
+    resume_drained_links,
+)
 from multiverse_jax.ops.steady import steady_rates
+from multiverse_jax.restorer.inference import learned_depth
 from multiverse_jax.units import NEVER
 
 
@@ -188,6 +197,7 @@ def _freeze(params: Params, state: State, window_end_ps) -> State:
     )
     port_mask = port_label >= 0
     restore_bytes = restored_depth(params, st.port_depth_ring, st.n_depth_samples, port_queue_bytes(params, state.packets))
+    history = frozen_history(params, st.port_depth_ring, st.n_depth_samples)
     offset = jnp.int64(FROZEN_OFFSET_PS)
     state = move_times(
         state, freeze, jnp.full_like(end_ps, offset), port_mask, jnp.full(n_ports, offset, jnp.int64), thawing=False
@@ -200,6 +210,7 @@ def _freeze(params: Params, state: State, window_end_ps) -> State:
             frozen_label=jnp.where(freeze, label, st.frozen_label),
             port_frozen_label=jnp.where(port_mask, port_label, st.port_frozen_label),
             port_restore_bytes=jnp.where(port_mask, restore_bytes, st.port_restore_bytes),
+            port_frozen_history=jnp.where(port_mask[:, None], history, st.port_frozen_history),
             frozen_since_ps=jnp.where(freeze, window_end_ps, st.frozen_since_ps),
             thaw_at_ps=jnp.where(freeze, end_ps, st.thaw_at_ps),
             steady_rate=jnp.where(freeze, rate, st.steady_rate),
@@ -267,7 +278,7 @@ def _thaw(params: Params, state: State, window_end_ps) -> State:
     state = jax.lax.cond(
         params.steady.restore == RESTORE_FREEZE,
         lambda s: s,
-        lambda s: _restore(params, s, port_thaws, port_thaw_ps),
+        lambda s: _restore(params, s, port_thaws, port_thaw_ps, port_delta, thawing, sent),
         state,
     )
     hops = jnp.sum(flow_ports(params) >= 0, axis=1).astype(jnp.int64)
@@ -288,9 +299,20 @@ def _thaw(params: Params, state: State, window_end_ps) -> State:
     )
 
 
-def _restore(params: Params, state: State, port_mask, now_ps) -> State:
-    """Rebuild the queues of the ports of ``port_mask`` (P,) to their restore depths at ``now_ps`` (P,)."""
-    state = drain_queues(params, state, port_mask, state.steady.port_restore_bytes)
+def _restore(params: Params, state: State, port_mask, now_ps, phase_ps, thawing, credited) -> State:
+    """Rebuild the queues of the ports of ``port_mask`` (P,) to their restore depths at
+    ``now_ps`` (P,), after phases of ``phase_ps`` (P,); ``thawing`` (F,) the partitions'
+    flows, ``credited`` (F,) the packets they were just credited with as delivered.
+
+    The learned restorer (``hybrid.restore=transformer``; compiled in only when a batch has
+    it) predicts the depths here, at the phase's end, and may grow a queue from the credit."""
+    target = state.steady.port_restore_bytes
+    if params.static.restorer_history > 1:
+        learned = params.steady.restore == RESTORE_TRANSFORMER
+        target = jnp.where(learned, learned_depth(params, state, port_mask, phase_ps, thawing), target)
+    state = drain_queues(params, state, port_mask, target)
+    if params.static.restorer_history > 1:
+        state = grow_queues(params, state, port_mask & learned, target, now_ps, jnp.where(thawing, credited, 0))
     return resume_drained_links(params, state, port_mask, now_ps)
 
 
