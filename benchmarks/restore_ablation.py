@@ -5,9 +5,9 @@ Two measurements, both on scenarios the restorer was not trained on:
 * **depth**: on the test split of the restorer's dataset (``--dataset``; scenarios held
   out by name, ``restorer/dataset.py``), the error of each policy's depth against the
   depth packet mode had at the phase's end: ``freeze`` (the depth at the freeze: a
-  partition freezes right after a sample, so the newest sample, which is also ``last``),
-  ``empty`` (0), ``mean`` (of the last l samples) and ``transformer`` (the shipped
-  model). MAE and p99 in shares of the buffer and in KB.
+  partition freezes right after a sample, so the newest sample), ``empty`` (0), ``last``
+  (the newest sample: the same here), ``mean`` (of the last l samples) and
+  ``transformer`` (the shipped model). MAE and p99 in shares of the buffer and in KB.
 * **end to end**: each case in hybrid mode under each policy, per-flow FCT error (mean,
   max) and job-time error against packet mode, windows, re-entries, packets the restorer
   put back or drained, and the wall time of one re-entry's restoration of every port
@@ -50,7 +50,7 @@ from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload.flows import make_flows
 
 MB = 10**6
-POLICIES = ("freeze", "empty", "mean", "transformer")
+POLICIES = ("freeze", "empty", "last", "mean", "transformer")
 
 
 def staggered_dcqcn() -> Experiment:
@@ -75,6 +75,7 @@ def depth_errors(dataset: dict) -> list[dict]:
     guesses = {
         "freeze": history[:, 0],
         "empty": np.zeros_like(target),
+        "last": history[:, 0],
         "mean": history.mean(axis=1),
         "transformer": np.asarray(predict(config, weights, history, context)),
     }

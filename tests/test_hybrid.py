@@ -127,6 +127,8 @@ def test_a_flow_starting_in_a_steady_phase_ends_it_at_its_start():
     frozen = np.asarray(state.steady.frozen[0])
     assert frozen[0] and frozen[2], "flows 0 and 2 should be frozen when flow 1 starts"
     frozen_since_ps = int(state.steady.frozen_since_ps[0, 0])
+    # Flow 1's start was known: flow 0's phase was planned to end there, flow 2's was not.
+    assert int(state.steady.thaw_at_ps[0, 0]) == start_ps and int(state.steady.thaw_at_ps[0, 2]) != start_ps
     state = engine.advance(batch.params, state, 1)  # the window the late flow starts in
     steady = jax.device_get(state.steady)
     assert not steady.frozen[0, 0], "flow 0's phase ends when a flow crossing its ports starts"

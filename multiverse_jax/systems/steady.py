@@ -159,8 +159,25 @@ def _to_margin_ps(params: Params, state: State, rate, trend):
     return jnp.where(discriminant >= 0.0, root, jnp.inf)
 
 
+def _next_known_start_ps(params: Params, state: State, window_end_ps):
+    """(F,) int64 for each flow, the earliest start after ``window_end_ps`` of a flow that
+    shares a port with it and whose start is already known (an untriggered flow's start
+    time; a triggered flow's is known only once its trigger fires): NEVER if none."""
+    n_ports = params.static.n_ports
+    ports = partition_ports(params)
+    begin_ps = state.flows.flow_begin_ps
+    upcoming = params.flows.flow_valid & (begin_ps != NEVER) & (begin_ps >= window_end_ps)
+    on_port = jnp.where(upcoming[:, None] & (ports >= 0), ports, n_ports)
+    port_start_ps = jnp.full(n_ports + 1, NEVER).at[on_port].min(jnp.broadcast_to(begin_ps[:, None], ports.shape))
+    return jnp.min(jnp.where(ports >= 0, port_start_ps[jnp.maximum(ports, 0)], NEVER), axis=1)
+
+
 def _plan(params: Params, state: State, window_end_ps, candidate, rate, trend, horizon_ps):
-    """Which flows freeze now (F,) bool, their partitions (F,) int32 and planned ends (F,) int64."""
+    """Which flows freeze now (F,) bool, their partitions (F,) int32 and planned ends (F,) int64.
+
+    A phase is planned to end at the earliest of its flows' margins and drift horizons and
+    the next known start of a flow that crosses its ports (which would end it then); one
+    shorter than a sample interval is not begun."""
     n_flows = params.static.n_flows
     member = watched(params, state, window_end_ps)
     label = partition_labels(partition_ports(params), member, params.static.n_ports)
@@ -168,6 +185,7 @@ def _plan(params: Params, state: State, window_end_ps, candidate, rate, trend, h
     unsteady = jnp.zeros(n_flows + 1, bool).at[slot].max(member & ~candidate)
     to_margin_ps = jnp.floor(_to_margin_ps(params, state, rate, trend))
     end_ps = window_end_ps + jnp.minimum(jnp.minimum(to_margin_ps, 2.0**60).astype(jnp.int64), horizon_ps)
+    end_ps = jnp.minimum(end_ps, _next_known_start_ps(params, state, window_end_ps))
     end_ps = jnp.full(n_flows + 1, NEVER).at[slot].min(jnp.where(candidate, end_ps, NEVER))
     end_ps = jnp.minimum(end_ps, params.max_time_ps + 1)[slot]
     long_enough = end_ps - window_end_ps >= params.steady.sample_interval_ps
