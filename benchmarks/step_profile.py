@@ -28,7 +28,7 @@ from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import SimConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.config import derangement
-from multiverse_jax.systems.transmit import serve_round
+from multiverse_jax.systems.transmit import serve_round, upcoming_egress
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
 
@@ -49,10 +49,11 @@ def transmit_rounds(params, state):
         if name == "transmit":
             break
         state = system(params, state, end)
+    upcoming = upcoming_egress(params, state.packets)  # as systems/transmit.transmit computes it
 
     def body(carry):
         s, _, rounds = carry
-        s, more = serve_round(params, s, end)
+        s, more = serve_round(params, s, end, upcoming)
         return s, more, rounds + 1
 
     return jax.lax.while_loop(lambda c: c[1], body, (state, True, 0))[2]
