@@ -297,6 +297,10 @@ HYBRID_METRICS = (
     ("steady phases (entries / exits)", lambda s: f"{s['steady_entries']:,} / {s['steady_exits']:,}"),
     ("flow time at flow level", lambda s: f"{100 * s['flow_level_share']:.1f} %"),
     ("packet-hops run / skipped", lambda s: f"{s['n_packet_hops']:,} / {s['packet_hops_skipped']:,}"),
+    (
+        "packets restored at re-entry (added / drained)",
+        lambda s: f"{s.get('restore_added_packets', 0):,} / {s.get('restore_drained_packets', 0):,}",
+    ),
 )
 
 
