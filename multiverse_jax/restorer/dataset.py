@@ -2,7 +2,8 @@
 
 ``multiverse-jax-restorer-dataset`` runs a catalogue of packet-level scenarios — staggered
 elephants sharing a bottleneck, incasts, permutations, ring all-reduces and small LLM
-iterations, under every congestion control, each family's variants as one batched
+iterations, under every congestion control, on k=4 fat-trees and 2:1 oversubscribed
+leaf-spines at 100 and 200 Gb/s with 1-4 MB buffers, each family's variants as one batched
 program — and reads their time series (``sim.sample_interval_us`` set to the hybrid
 sample interval of the experiment's CC, so the depths are sampled exactly as the
 engine's depth ring samples them at run time).
@@ -48,6 +49,7 @@ from multiverse_jax.peers.scenarios import ring_allreduce
 from multiverse_jax.restorer.features import N_CONTEXT, N_HISTORY, context_features, history_features
 from multiverse_jax.simulate import simulate
 from multiverse_jax.topology.fattree import fattree
+from multiverse_jax.topology.leafspine import leafspine
 from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload.flows import make_flows
 
@@ -62,15 +64,25 @@ def split_of(variant: int) -> int:
     return {3: SPLIT_VALIDATION, 4: SPLIT_TEST}.get(variant % N_VARIANTS, SPLIT_TRAIN)
 
 
-def _fabric(variant: int) -> tuple[float, int]:
-    """(link rate in Gb/s, switch buffer in bytes) of a variant: rates and buffers vary."""
-    return (100.0, 200.0)[variant % 2], (1_000_000, 2_000_000, 4_000_000)[variant % 3]
+LEAFSPINE = {"kind": "leafspine", "leaves": 4, "hosts_per_leaf": 4, "oversubscription": 2.0}  # 16 hosts, 2 spines
+
+
+def _fabric(variant: int) -> tuple[float, int, dict]:
+    """(link rate in Gb/s, switch buffer in bytes, ``topology.*``) of a variant: rates,
+    buffers and fabrics vary (variants 1 and 4, one trained on and one held out, run on a
+    2:1 oversubscribed leaf-spine, the others on a k=4 fat-tree; both have 16 hosts)."""
+    topology = LEAFSPINE if variant % 3 == 1 else {"kind": "fattree", "k": 4}
+    return (100.0, 200.0)[variant % 2], (1_000_000, 2_000_000, 4_000_000)[variant % 3], topology
 
 
 def _flows_experiment(variant: int, cc: str, src, dst, size_bytes, start_ps=0) -> Experiment:
-    rate_gbps, buffer_bytes = _fabric(variant)
+    rate_gbps, buffer_bytes, topology = _fabric(variant)
+    if topology["kind"] == "leafspine":
+        fabric = leafspine(topology["leaves"], topology["hosts_per_leaf"], topology["oversubscription"], rate_gbps, 1.0)
+    else:
+        fabric = fattree(topology["k"], rate_gbps, 1.0)
     flows = make_flows(src, dst, size_bytes, start_ps)
-    return Experiment(fattree(4, rate_gbps, 1.0), flows, cc=cc, switch=SwitchConfig(buffer_bytes=buffer_bytes))
+    return Experiment(fabric, flows, cc=cc, switch=SwitchConfig(buffer_bytes=buffer_bytes))
 
 
 def staggered_elephants(variant: int, cc: str) -> Experiment:
@@ -105,20 +117,27 @@ def ring(variant: int, cc: str) -> Experiment:
     hosts = list(range(0, 16, 16 // n))[:n]
     scenario = ring_allreduce(f"ring{n}", 16, hosts, (32 + 8 * variant) * MB)
     path = scenario.write(Path(tempfile.mkdtemp()) / f"ring{n}.cm")
-    rate_gbps, buffer_bytes = _fabric(variant)
+    rate_gbps, buffer_bytes, topology = _fabric(variant)
     return experiment_from_config(
-        {"workload": {"kind": "cm", "path": path}, "cc": cc, "link": {"rate_gbps": rate_gbps}, "switch": {"buffer_bytes": buffer_bytes}}
+        {
+            "workload": {"kind": "cm", "path": path},
+            "topology": topology,
+            "cc": cc,
+            "link": {"rate_gbps": rate_gbps},
+            "switch": {"buffer_bytes": buffer_bytes},
+        }
     )
 
 
 def llm(variant: int, cc: str) -> Experiment:
-    """A small LLM iteration (TP=2, PP=2, DP=4 on a k=4 fat-tree; 2-4 microbatches, ECMP
+    """A small LLM iteration (TP=2, PP=2, DP=4 on the variant's fabric; 2-4 microbatches, ECMP
     hashes seeded by the variant)."""
-    rate_gbps, buffer_bytes = _fabric(variant)
+    rate_gbps, buffer_bytes, topology = _fabric(variant)
     workload = {"kind": "llm", "model": TINY_MODEL, "tp": 2, "pp": 2, "dp": 4, "microbatches": 2 + variant % 3}
     return experiment_from_config(
         {
             "workload": workload,
+            "topology": topology,
             "cc": cc,
             "link": {"rate_gbps": rate_gbps},
             "switch": {"buffer_bytes": buffer_bytes},
