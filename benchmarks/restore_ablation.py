@@ -37,6 +37,7 @@ import numpy as np
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
 from machine import machine_info
 from multiverse_jax.batch import build_batch
+from multiverse_jax.components.steady import RESTORE_CODES
 from multiverse_jax.conf.schema import HybridRestore, SwitchConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.restorer import dataset as catalogue
@@ -116,19 +117,19 @@ def shifted(experiment: Experiment, shift_ps: int) -> Experiment:
     return dataclasses.replace(experiment, flows=dataclasses.replace(experiment.flows, start_ps=start_ps))
 
 
-def restore_cost_ms(hybrids: list[Experiment], static, repeats: int = 20) -> dict[str, float]:
+def restore_cost_ms(hybrid: Experiment, static, repeats: int = 20) -> dict[str, float]:
     """Wall ms of one re-entry's restoration of every port (``systems.steady._restore``,
     jitted, on the case's initial state), per policy: its cost depends on shapes, not on
     what the queues hold."""
-    batch = build_batch(hybrids, static=static)
+    batch = build_batch([hybrid], static=static)
     params, state = jax.tree.map(lambda x: x[0], (batch.params, batch.state))
     n_ports, n_flows = static.n_ports, static.n_flows
     ports, flows = jnp.ones(n_ports, bool), jnp.ones(n_flows, bool)
     now_ps, phase_ps = jnp.full(n_ports, 10**9), jnp.full(n_ports, 10**9)
     restore = jax.jit(_restore)
     costs = {}
-    for policy, hybrid in zip(POLICIES, hybrids):
-        p = params.replace(steady=params.steady.replace(restore=build_batch([hybrid], static=static).params.steady.restore[0]))
+    for policy in POLICIES:
+        p = params.replace(steady=params.steady.replace(restore=jnp.int32(RESTORE_CODES[HybridRestore(policy)])))
         args = (p, state, ports, now_ps, phase_ps, flows, jnp.full(n_flows, 100, jnp.int32))
         jax.block_until_ready(restore(*args))
         start = time.perf_counter()
@@ -149,7 +150,7 @@ def run_case(name: str, experiment: Experiment, slots: int) -> list[dict]:
     simulate(hybrids[:1], static=static, steps_per_call=256)  # compile
     reference = packet.flows["fct_ps"].astype(np.float64)
     noise_pct = max(float(np.max(np.abs(n.flows["fct_ps"] - reference) / reference) * 100) for n in nudged)
-    cost_ms = restore_cost_ms(hybrids, static)
+    cost_ms = restore_cost_ms(hybrids[0], static)
     rows = []
     for policy, hybrid in zip(POLICIES, hybrids):
         start = time.perf_counter()

@@ -49,6 +49,7 @@ def restored_depth(params: Params, history, n_history, current):
     mean = jnp.sum(jnp.where(used, samples, 0), axis=1) // window
     last = jnp.where(n_history > 0, samples[:, 0], current)
     choice = params.steady.restore
+    # ``transformer`` is decided at the thaw (restorer/inference.py); this mean stands until then.
     depth = jnp.where(choice == RESTORE_EMPTY, 0, jnp.where(choice == RESTORE_LAST, last, mean))
     return jnp.where(choice == RESTORE_FREEZE, current, depth)
 
@@ -120,15 +121,14 @@ def grow_queues(params: Params, state: State, port_mask, target_bytes, now_ps, c
     nor acknowledged, so every byte is still delivered exactly once (when the packet
     arrives). Each takes a free slot of its sender's share of the pool; a flow or host
     without enough gives fewer."""
-    fp, pkts, flows = params.flows, state.packets, state.flows
-    n_flows, n_ports, n_slots = params.static.n_flows, params.static.n_ports, params.static.n_slots
+    fp, pkts, n_ports = params.flows, state.packets, params.static.n_ports
     wire = (params.payload_bytes + params.header_bytes).astype(jnp.int64)
     path = fp.flow_data_path  # (F, Hp)
     hop = jnp.broadcast_to(jnp.arange(path.shape[1]), path.shape)
     port = jnp.where(path >= 0, path, n_ports)
-    growing = jnp.concatenate([port_mask & (target_bytes > port_queue_bytes(params, pkts)), jnp.zeros(1, bool)])
-    deficit = jnp.concatenate([jnp.maximum(target_bytes - port_queue_bytes(params, pkts), 0) // wire, jnp.zeros(1, jnp.int64)])
-    entry = growing[port] & (credited > 0)[:, None] & (hop >= 1)  # (F, Hp): flow f refills port path[f, j]
+    short = jnp.where(port_mask, jnp.maximum(target_bytes - port_queue_bytes(params, pkts), 0) // wire, 0)  # (P,) packets
+    deficit = jnp.concatenate([short, jnp.zeros(1, jnp.int64)])  # a spare row for padded hops
+    entry = (deficit[port] > 0) & (credited > 0)[:, None] & (hop >= 1)  # (F, Hp): flow f refills port path[f, j]
     weight = jnp.where(entry, jnp.maximum(state.steady.steady_rate, 1e-12)[:, None], 0.0)  # no rates yet: equal shares
     total = jax.ops.segment_sum(weight.reshape(-1), port.reshape(-1), n_ports + 1)
     want = jnp.floor(deficit[port] * weight / jnp.maximum(total[port], 1e-30)).astype(jnp.int32)  # (F, Hp)
@@ -137,19 +137,25 @@ def grow_queues(params: Params, state: State, port_mask, target_bytes, now_ps, c
     count = jnp.clip(credited[:, None] - before_flow, 0, want)
     host = jnp.broadcast_to(fp.flow_src[:, None], path.shape).reshape(-1)
     count, first_rank = _take_free_slots(params, pkts, host, count.reshape(-1))
-    # Slot s, the r-th free slot of its host, goes to the entry whose ranks cover r.
-    slots_per_host = params.static.slots_per_host
+    new, e = _assign_slots(params, pkts, host, count, first_rank)
+    flow, at_hop = e // path.shape[1], e % path.shape[1]
+    return _place(params, state, new, flow, at_hop, now_ps, count.reshape(path.shape).sum(axis=1))
+
+
+def _assign_slots(params: Params, pkts, host, count, first_rank):
+    """(S,) bool the free slots that get a new packet and (S,) int32 the entry each serves:
+    the r-th free slot of a host goes to that host's entry whose ranks
+    [first_rank, first_rank + count) (``host``, ``count``, ``first_rank`` (E,)) cover r."""
+    n_slots, slots_per_host = params.static.n_slots, params.static.slots_per_host
     free = ~pkts.pkt_valid
     rank = (jnp.cumsum(free.reshape(-1, slots_per_host), axis=1) - 1).reshape(-1)
     slot_host = jnp.arange(n_slots) // slots_per_host
-    key = host.astype(jnp.int64) * n_slots + first_rank
-    order = jnp.argsort(jnp.where(count > 0, key, jnp.iinfo(jnp.int64).max))
-    sorted_key = jnp.where(count > 0, key, jnp.iinfo(jnp.int64).max)[order]
+    key = jnp.where(count > 0, host.astype(jnp.int64) * n_slots + first_rank, jnp.iinfo(jnp.int64).max)
+    order = jnp.argsort(key)
     slot_key = slot_host.astype(jnp.int64) * n_slots + rank
-    e = order[jnp.clip(jnp.searchsorted(sorted_key, slot_key, side="right") - 1, 0, order.shape[0] - 1)]
+    e = order[jnp.clip(jnp.searchsorted(key[order], slot_key, side="right") - 1, 0, order.shape[0] - 1)]
     new = free & (host[e] == slot_host) & (rank >= first_rank[e]) & (rank < first_rank[e] + count[e])
-    flow, at_hop = e // path.shape[1], e % path.shape[1]
-    return _place(params, state, new, flow, at_hop, now_ps, count.reshape(path.shape).sum(axis=1))
+    return new, e
 
 
 def _take_free_slots(params: Params, pkts, host, count):

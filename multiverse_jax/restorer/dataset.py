@@ -176,13 +176,14 @@ def _per_sample(series: dict, key: str, n: int) -> np.ndarray:
 
 def _steady(delivered, window: int, theta: float) -> np.ndarray:
     """(T, F) bool each flow's delivered rate (T, F) spread by less than θ of its mean over
-    the ``window`` samples ending at each sample (False before that many)."""
-    n_samples = delivered.shape[0]
+    the ``window`` samples ending at each sample (False before that many): Wormhole eq. 6,
+    as ``ops/steady.py`` applies it to the engine's rings."""
     steady = np.zeros(delivered.shape, bool)
-    for t in range(window - 1, n_samples):
-        block = delivered[t - window + 1 : t + 1]
-        mean = block.mean(axis=0)
-        steady[t] = (block.min(axis=0) > 0) & (block.max(axis=0) - block.min(axis=0) < theta * mean)
+    if delivered.shape[0] < window:
+        return steady
+    blocks = np.lib.stride_tricks.sliding_window_view(delivered, window, axis=0)  # (T - window + 1, F, window)
+    low, high = blocks.min(axis=2), blocks.max(axis=2)
+    steady[window - 1 :] = (low > 0) & (high - low < theta * blocks.mean(axis=2))
     return steady
 
 
@@ -225,8 +226,8 @@ def cut_pairs(experiment: Experiment, result) -> dict[str, np.ndarray]:
         next_change = np.r_[np.flatnonzero(changed), len(times_us)]
         for start in starts:
             change = next_change[np.searchsorted(next_change, start, side="right")]
+            load_bytes_per_us = delivered[start - window + 1 : start + 1][:, crossing & active[start]].mean(axis=0).sum()
             for end in _phase_ends(start, change):
-                load_bytes_per_us = delivered[start - window + 1 : start + 1][:, crossing & active[start]].mean(axis=0).sum()
                 columns["history"].append(queue[start - N_HISTORY + 1 : start + 1][::-1, port])
                 columns["context"].append((port, members[start].sum(), load_bytes_per_us, end - start))
                 columns["target"].append(queue[end, port])
