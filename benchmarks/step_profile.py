@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import multiverse_jax
@@ -28,7 +29,8 @@ from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import SimConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.config import derangement
-from multiverse_jax.systems.transmit import serve_round, upcoming_egress
+from multiverse_jax.ops import nic, queues
+from multiverse_jax.systems.transmit import Serving, serve_round, upcoming_egress
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
 
@@ -49,14 +51,16 @@ def transmit_rounds(params, state):
         if name == "transmit":
             break
         state = system(params, state, end)
-    upcoming = upcoming_egress(params, state.packets)  # as systems/transmit.transmit computes it
+    order, free = queues.service_order(params, state.packets, end), nic.free_slots(params, state.packets)
+    upcoming = upcoming_egress(params, state.packets)  # as systems/transmit.transmit computes them
+    serving = Serving(state, queues.queue_start(order), jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
 
     def body(carry):
-        s, _, rounds = carry
-        s, more = serve_round(params, s, end, upcoming)
-        return s, more, rounds + 1
+        serving, _, rounds = carry
+        serving = serve_round(params, serving, end, order, free, upcoming)
+        return serving, serving.sent, rounds + 1
 
-    return jax.lax.while_loop(lambda c: c[1], body, (state, True, 0))[2]
+    return jax.lax.while_loop(lambda c: c[1], body, (serving, True, 0))[2]
 
 
 def time_call(fn, *args, repeats: int) -> float:

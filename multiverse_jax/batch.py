@@ -18,7 +18,7 @@ import numpy as np
 from multiverse_jax.components.experiment import Params, State, experiment_params, initial_state
 from multiverse_jax.components.static import Static
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
-from multiverse_jax.conf.schema import HybridRestore, SimMode
+from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HybridRestore, SimMode
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
@@ -97,6 +97,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         flow_level=flow_level,
         steady_window=max(1, biggest(lambda e: e.hybrid.window if e.sim.mode == SimMode.hybrid else 1)),
         restorer_history=N_HISTORY if any(_learned_restore(e) for e in experiments) else 1,
+        int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
     )
 
 

@@ -27,24 +27,23 @@ def red_probability(queue_bytes, kmin_bytes, kmax_bytes, pmax):
     return jnp.where(queue_bytes <= kmin_bytes, 0.0, jnp.where(queue_bytes > kmax_bytes, 1.0, ramp))
 
 
-def ecn_mark(params: Params, queue_bytes, pkts: PacketState, slot):
-    """(P,) whether the packet in ``slot`` (per port) gets a CE mark at queue ``queue_bytes``."""
+def ecn_mark(params: Params, queue_bytes, flow, seq, hop):
+    """(P,) whether the packet leaving each port (of ``flow``, ``seq``, ``hop``, (P,) each)
+    gets a CE mark at queue ``queue_bytes``."""
     cp = params.cc
-    s = jnp.minimum(slot, params.static.n_slots - 1)
-    flow = pkts.pkt_flow[s]
-    key = mix32(params.flows.flow_hash[flow] ^ mix32(pkts.pkt_seq[s].astype(jnp.uint32) * jnp.uint32(64) + pkts.pkt_hop[s].astype(jnp.uint32)))
+    key = mix32(params.flows.flow_hash[flow] ^ mix32(seq.astype(jnp.uint32) * jnp.uint32(64) + hop.astype(jnp.uint32)))
     coin = key.astype(jnp.float64) / 4294967296.0  # uniform in [0, 1)
     return coin < red_probability(queue_bytes, cp.ecn_kmin_bytes, cp.ecn_kmax_bytes, cp.ecn_pmax)
 
 
-def record_telemetry(params: Params, pkts: PacketState, record, slot, start_ps, tx_bytes, queue_bytes) -> PacketState:
-    """Write one INT entry for each port in ``record`` (P,): its hop of the packet in ``slot``.
+def record_telemetry(params: Params, pkts: PacketState, record, slot, pkt_hop, start_ps, tx_bytes, queue_bytes) -> PacketState:
+    """Write one INT entry for each port in ``record`` (P,): its hop of the packet in ``slot``
+    (whose ``pkt_hop`` (P,) is the index of the link it leaves by).
 
     Switch hop i is the packet's (i + 1)-th link (link 0 leaves the sender's NIC).
     """
     n_slots, n_hops = params.static.n_slots, params.static.int_hops
-    s = jnp.minimum(slot, n_slots - 1)
-    hop = pkts.pkt_hop[s] - 1
+    hop = pkt_hop - 1
     row = jnp.where(record & (hop >= 0) & (hop < n_hops), slot, n_slots)
     col = jnp.clip(hop, 0, n_hops - 1)
     port = jnp.arange(params.static.n_ports, dtype=jnp.int32)

@@ -19,6 +19,7 @@ the pool.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -53,8 +54,30 @@ def sendable_and_ready(params: Params, state: State):
     return sendable, ready
 
 
-def offer(params: Params, state: State, now_ps) -> NicOffer:
-    """Per host and data class, the packet of the next flow in round-robin order."""
+class FreeSlots(NamedTuple):
+    """Each host's free pool slots at the window start, lowest first: a NIC's new packet
+    takes the lowest free slot of its host, and no slot is freed while ports transmit
+    (ACKs free theirs in ``ack``, before), so the n-th packet a host creates in a window
+    takes its n-th free slot."""
+
+    slot: jnp.ndarray  # (H, S) int32 the n-th free slot of each host (at n < count)
+    count: jnp.ndarray  # (H,) int32 free slots of each host
+
+
+def free_slots(params: Params, pkts) -> FreeSlots:
+    """Each host's free slots, listed once per window (one pass over the pool)."""
+    n_hosts, slots_per_host = params.static.n_hosts, params.static.slots_per_host
+    free = ~pkts.pkt_valid.reshape(n_hosts, slots_per_host)
+    rank = jnp.cumsum(free, axis=1, dtype=jnp.int32) - 1
+    slot = jnp.arange(params.static.n_slots, dtype=jnp.int32).reshape(n_hosts, slots_per_host)
+    column = jnp.where(free, rank, slots_per_host)
+    listed = jnp.zeros((n_hosts, slots_per_host), jnp.int32).at[jnp.arange(n_hosts)[:, None], column].set(slot, mode="drop")
+    return FreeSlots(listed, jnp.sum(free, axis=1, dtype=jnp.int32))
+
+
+def offer(params: Params, state: State, now_ps, free: FreeSlots, used) -> NicOffer:
+    """Per host and data class, the packet of the next flow in round-robin order, to be
+    created (if sent) in the host's next free slot: ``free``'s entry ``used`` (H,)."""
     fp, fs = params.flows, state.flows
     n_hosts, n_flows, n_classes = params.static.n_hosts, params.static.n_flows, params.static.n_data_classes
     queue = fp.flow_src * n_classes + fp.flow_priority
@@ -71,16 +94,15 @@ def offer(params: Params, state: State, now_ps) -> NicOffer:
     n_packets = fp.flow_n_packets[flow]
     last_payload = fp.flow_size_bytes[flow] - (n_packets - 1).astype(jnp.int64) * params.payload_bytes
     payload = jnp.where(seq == n_packets - 1, last_payload, params.payload_bytes)
-    slots_per_host = params.static.slots_per_host
-    free = ~state.packets.pkt_valid.reshape(n_hosts, slots_per_host)
-    slot = jnp.arange(n_hosts, dtype=jnp.int32) * slots_per_host + jnp.argmax(free, axis=1).astype(jnp.int32)
+    has_slot = used < free.count
+    slot = jnp.take_along_axis(free.slot, jnp.minimum(used, params.static.slots_per_host - 1)[:, None], axis=1)[:, 0]
     return NicOffer(
         ready_ps=ready,
         flow=flow,
         wire_bytes=(payload + params.header_bytes).astype(jnp.int32),
         poll_ps=flow_ready[flow],
         slot=slot,
-        has_slot=jnp.any(free, axis=1),
+        has_slot=has_slot,
     )
 
 

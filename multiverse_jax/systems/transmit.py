@@ -29,10 +29,10 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import CC_HPCC, ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
 from multiverse_jax.components.packets import PacketState
-from multiverse_jax.ops import marking, nic, pfc
-from multiverse_jax.ops.packets import at_host, in_flight, port_queue_bytes, queued, serialization_ps
+from multiverse_jax.ops import marking, nic, pfc, queues
+from multiverse_jax.ops.packets import at_host, in_flight, serialization_ps
 from multiverse_jax.ops.routing import route
-from multiverse_jax.ops.segments import count_by, fifo_head
+from multiverse_jax.ops.segments import count_by
 from multiverse_jax.units import NEVER
 
 
@@ -60,26 +60,19 @@ def _nic_host(params: Params):
     return jnp.maximum(params.ports.port_host, 0), params.ports.port_host >= 0
 
 
-def class_heads(params: Params, state: State, offer: nic.NicOffer, window_start_ps):
+def class_heads(params: Params, state: State, offer: nic.NicOffer, order: queues.ServiceOrder, head, window_start_ps):
     """The candidate packet of every class queue of every port: (P, 1 + C) int64 when it
     is (or becomes) available, (P, 1 + C) int32 its slot and (P, 1 + C) bool whether it
     is a NIC's offer (a data packet not created yet); class 0 is control, 1 + k data
-    priority k. The earliest-queued packet of the class (NEVER and n_slots if none); at a
+    priority k. The earliest-queued packet of the class (NEVER and n_slots if none: the
+    packet under the queue's pointer ``head`` (Q,) in the window's ``order``); at a
     NIC, in a data class k, the packet its NIC offers (``offer``, (H, C)) unless a queued
     ACK of that class (only with ``packet.ack_class=data``) can start no later than the
     offer could: the NIC serves its ACKs ahead of its data (htsim's host queue gives ACKs
     high priority), non-preemptively, and PFC pauses both.
     """
-    pkts = state.packets
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
-    # One pass over the pool for the heads of all queues: queue (1 + C) p + k is port p's class k.
-    control = pkts.pkt_is_ack & ~params.ack_in_data_class
-    klass = jnp.where(control, 0, 1 + params.flows.flow_priority[pkts.pkt_flow])
-    queue = n_classes * pkts.pkt_port + klass
-    head_ps, head_slot = fifo_head(
-        queued(pkts), pkts.pkt_time_ps, queue, n_classes * n_ports, window_start_ps,
-        tie=(pkts.pkt_scheduled_ps - pkts.pkt_time_ps, pkts.pkt_rank.astype(jnp.int64)),
-    )
+    head_ps, head_slot = queues.heads(order, head, params.static.n_slots)
     head_ps, head_slot = head_ps.reshape(n_ports, n_classes), head_slot.reshape(n_ports, n_classes)
     host, is_nic = _nic_host(params)
     is_offer = is_nic[:, None] & ~_nic_ack_first(params, state, head_ps[:, 1:], offer.ready_ps[host], window_start_ps)
@@ -132,9 +125,10 @@ def start_times(params: Params, state: State, ready_ps, window_start_ps):
     return jnp.min(class_start, axis=1), chosen
 
 
-def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, heads, window_end_ps) -> Departures:
+def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, heads, window_end_ps, head_packet) -> Departures:
     """What each port starts: the chosen class's candidate (``heads``: ``class_heads``'
-    slots, offer flags and availability times, (P, 1 + C) each), if it starts inside the
+    slots, offer flags and availability times, (P, 1 + C) each; ``head_packet``: the
+    queued packet at the head of the chosen class), if it starts inside the
     window; its wire size and serialisation; its arrival at the far end, when that arrival
     is scheduled and its rank. A NIC whose host has no free slot starts nothing
     (``ERROR_POOL_FULL``)."""
@@ -149,15 +143,14 @@ def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, hea
     pool_full = creates & ~offer.has_slot[host]
     sends, creates = sends & ~pool_full, creates & ~pool_full
     slot = class_slot
-    queued_slot = jnp.minimum(slot, params.static.n_slots - 1)
-    is_data = creates | ~state.packets.pkt_is_ack[queued_slot]
-    wire_bytes = jnp.where(creates, offer.wire_bytes[host, data_class], state.packets.pkt_bytes[queued_slot])
+    is_data = creates | ~head_packet.is_ack
+    wire_bytes = jnp.where(creates, offer.wire_bytes[host, data_class], head_packet.wire_bytes)
     ser_ps = serialization_ps(wire_bytes, params.links.link_rate_bps)
     arrival_ps = start + ser_ps + params.links.link_delay_ps
     # A link delivers in order: the arrival is scheduled when the last bit leaves, or, while
     # the previous packet is still on the wire, when that one arrives (htsim's Pipe).
     scheduled_ps = jnp.maximum(start + ser_ps, state.ports.port_last_arrival_ps)
-    arriving_rank = jnp.where(creates, offer.flow[host, data_class], state.packets.pkt_rank[queued_slot])
+    arriving_rank = jnp.where(creates, offer.flow[host, data_class], head_packet.rank)
     busy_rank, rank = _ranks(state.ports, class_ready_ps, arriving_rank, start + ser_ps)
     return Departures(
         start, use_ctrl, data_class, sends, is_data, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps,
@@ -236,34 +229,34 @@ def int_queue_wanted(params: Params):
 def upcoming_egress(params: Params, pkts: PacketState):
     """(S_total,) int32 the egress port each packet in flight to a switch will be queued at
     (n_ports: none). Packets in flight as transmit starts stay so all window (forward has
-    queued those that arrive before its end), so this holds for every round."""
+    queued those that arrive before its end), so this holds for every round. Computed only
+    when some experiment of the batch records the queue with the departing packet
+    (``Static.int_queue_with_packet``); None otherwise."""
+    if not params.static.int_queue_with_packet:
+        return None
     n_ports = params.static.n_ports
-
-    def compute():
-        node = params.links.link_dst_node[pkts.pkt_port]
-        dst_host = jnp.where(pkts.pkt_is_ack, params.flows.flow_src[pkts.pkt_flow], params.flows.flow_dst[pkts.pkt_flow])
-        egress = route(params, node, dst_host, pkts.pkt_flow, pkts.pkt_is_ack, pkts.pkt_hop + 1, pkts.pkt_path_salt)
-        return jnp.where(in_flight(pkts) & ~at_host(params, pkts), egress, n_ports).astype(jnp.int32)
-
-    return jax.lax.cond(int_queue_wanted(params), compute, lambda: jnp.full(pkts.pkt_port.shape, n_ports, jnp.int32))
+    node = params.links.link_dst_node[pkts.pkt_port]
+    dst_host = jnp.where(pkts.pkt_is_ack, params.flows.flow_src[pkts.pkt_flow], params.flows.flow_dst[pkts.pkt_flow])
+    egress = route(params, node, dst_host, pkts.pkt_flow, pkts.pkt_is_ack, pkts.pkt_hop + 1, pkts.pkt_path_salt)
+    return jnp.where(in_flight(pkts) & ~at_host(params, pkts), egress, n_ports).astype(jnp.int32)
 
 
-def queue_at_end(params: Params, pkts: PacketState, dep: Departures, queue_bytes, upcoming):
+def queue_at_end(params: Params, pkts: PacketState, dep: Departures, queue_bytes, order, head, upcoming):
     """(P,) the queue of each port as its departing packet's last bit leaves, the packet
-    still counted (htsim's completeService): what was queued by then, the packets in flight
-    to it (``upcoming``) that arrive by then included. ``queue_bytes`` where not wanted."""
+    still counted (htsim's completeService): what was queued by then (from the window's
+    ``order`` and each queue's pointer ``head``), the packets in flight to it
+    (``upcoming``) that arrive by then included. ``queue_bytes`` where not wanted."""
+    if upcoming is None:
+        return queue_bytes
     n_ports = params.static.n_ports
-
-    def compute():
-        end_ps = dep.start + dep.ser_ps
-        queued_by_end = port_queue_bytes(params, pkts, end_ps - 1)  # an arrival at that instant comes after
-        arrives = (upcoming < n_ports) & (pkts.pkt_time_ps < end_ps[jnp.minimum(upcoming, n_ports - 1)])
-        return queued_by_end + count_by(arrives, upcoming, n_ports, pkts.pkt_bytes.astype(jnp.int64))
-
-    return jax.lax.cond(int_queue_wanted(params), compute, lambda: queue_bytes)
+    end_ps = dep.start + dep.ser_ps
+    queued_by_end = queues.queued_bytes(order, head, n_ports, end_ps - 1)  # an arrival at that instant comes after
+    arrives = (upcoming < n_ports) & (pkts.pkt_time_ps < end_ps[jnp.minimum(upcoming, n_ports - 1)])
+    int_queue = queued_by_end + count_by(arrives, upcoming, n_ports, pkts.pkt_bytes.astype(jnp.int64))
+    return jnp.where(int_queue_wanted(params), int_queue, queue_bytes)
 
 
-def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_bytes, int_queue) -> PacketState:
+def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_bytes, int_queue, head_packet) -> PacketState:
     """The queued packet each port starts goes on the wire (in flight until ``arrival_ps``);
     a data packet leaving a switch is ECN-marked (RED on the queue it leaves behind) and
     records its in-band telemetry for this hop (``tx_bytes`` (P,): the port's bytes sent,
@@ -279,7 +272,7 @@ def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_by
     leaving = jnp.where(dep.sends & ~dep.creates, dep.slot, n_slots)
     at_switch = dep.sends & dep.is_data & ~is_nic
     left_behind = queue_bytes - dep.wire_bytes
-    marked = at_switch & marking.ecn_mark(params, left_behind, pkts, dep.slot)
+    marked = at_switch & marking.ecn_mark(params, left_behind, head_packet.flow, head_packet.seq, head_packet.hop)
     on_wire = pkts.replace(
         pkt_in_flight=pkts.pkt_in_flight.at[leaving].set(True, mode="drop"),
         pkt_time_ps=pkts.pkt_time_ps.at[leaving].set(dep.arrival_ps, mode="drop"),
@@ -288,7 +281,7 @@ def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_by
         pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked, dep.slot, n_slots)].set(True, mode="drop"),
     )
     int_qlen = jnp.where(int_queue_wanted(params), int_queue, left_behind)
-    return marking.record_telemetry(params, on_wire, at_switch, dep.slot, dep.start, tx_bytes, int_qlen)
+    return marking.record_telemetry(params, on_wire, at_switch, dep.slot, head_packet.hop, dep.start, tx_bytes, int_qlen)
 
 
 def nic_emit(params: Params, state: State, offer: nic.NicOffer, dep: Departures) -> State:
@@ -303,30 +296,55 @@ def nic_emit(params: Params, state: State, offer: nic.NicOffer, dep: Departures)
     )
 
 
-def serve_round(params: Params, state: State, window_end_ps, upcoming) -> tuple[State, jnp.ndarray]:
-    """One round: every port starts at most one packet. Returns the state and () bool
-    whether any port started one. ``upcoming``: see ``upcoming_egress``."""
+class Serving(NamedTuple):
+    """The carry of the window's rounds: the state and what the window's start fixed."""
+
+    state: State
+    head: jnp.ndarray  # (Q,) int32 each class queue's next position in the window's service order
+    used: jnp.ndarray  # (H,) int32 free slots each host has taken this window (``nic.FreeSlots``)
+    sent: jnp.ndarray  # () bool some port started a packet in the last round
+
+
+def serve_round(params: Params, serving: Serving, window_end_ps, order, free, upcoming) -> Serving:
+    """One round: every port starts at most one packet. ``order``: the window's
+    ``queues.service_order``; ``free``: its ``nic.free_slots``; ``upcoming``: see
+    ``upcoming_egress``. Its cost is per port and per flow, not per pool slot."""
+    state, head, used = serving.state, serving.head, serving.used
+    n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     window_start_ps = window_end_ps - params.window_ps
-    offer = nic.offer(params, state, window_start_ps)  # (H, C)
-    ready_ps, class_slot, class_is_offer = class_heads(params, state, offer, window_start_ps)  # (P, 1 + C)
+    offer = nic.offer(params, state, window_start_ps, free, used)  # (H, C)
+    ready_ps, class_slot, class_is_offer = class_heads(params, state, offer, order, head, window_start_ps)  # (P, 1 + C)
     start, chosen = start_times(params, state, ready_ps, window_start_ps)  # (P,)
-    dep = depart(params, state, offer, start, chosen, (class_slot, class_is_offer, ready_ps), window_end_ps)  # (P,) each
+    chosen_queue = n_classes * jnp.arange(n_ports) + chosen
+    head_packet = queues.at_head(order, head, chosen_queue)  # (P,) each: what a port serving its queue sends
+    dep = depart(params, state, offer, start, chosen, (class_slot, class_is_offer, ready_ps), window_end_ps, head_packet)
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included (see watch_queues).
-    queue_bytes = port_queue_bytes(params, state.packets, dep.start)  # (P,)
-    int_queue = queue_at_end(params, state.packets, dep, queue_bytes, upcoming)
+    queue_bytes = queues.queued_bytes(order, head, n_ports, dep.start)  # (P,)
+    int_queue = queue_at_end(params, state.packets, dep, queue_bytes, order, head, upcoming)
     state = account(params, state, dep, queue_bytes)
-    state = state.replace(packets=leave(params, state.packets, dep, queue_bytes, state.ports.port_tx_bytes, int_queue))
-    return nic_emit(params, state, offer, dep), jnp.any(dep.sends)
+    state = state.replace(
+        packets=leave(params, state.packets, dep, queue_bytes, state.ports.port_tx_bytes, int_queue, head_packet)
+    )
+    state = nic_emit(params, state, offer, dep)
+    # The queue a port served moves its pointer; a host that created a packet took its next free slot.
+    served = jnp.where(dep.sends & ~dep.creates, chosen_queue, head.shape[0])
+    nic_port = params.nics.nic_port
+    created = dep.creates[nic_port] & (params.ports.port_host[nic_port] == jnp.arange(params.static.n_hosts))
+    return Serving(state, head.at[served].add(1, mode="drop"), used + created, jnp.any(dep.sends))
 
 
 def transmit(params: Params, state: State, window_end_ps) -> State:
+    order = queues.service_order(params, state.packets, window_end_ps)
+    free = nic.free_slots(params, state.packets)
     upcoming = upcoming_egress(params, state.packets)
-    state, _ = jax.lax.while_loop(
-        lambda carry: carry[1],
-        lambda carry: serve_round(params, carry[0], window_end_ps, upcoming),
-        (state, jnp.bool_(True)),
+    serving = Serving(state, queues.queue_start(order), jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
+    serving = jax.lax.while_loop(
+        lambda serving: serving.sent,
+        lambda serving: serve_round(params, serving, window_end_ps, order, free, upcoming),
+        serving,
     )
     # The queue at the window's end closes the exact maximum (see watch_queues).
     everywhere = jnp.ones(params.static.n_ports, bool)
-    return watch_queues(params, state, everywhere, window_end_ps, port_queue_bytes(params, state.packets), 0)
+    end_bytes = queues.queued_bytes(order, serving.head, params.static.n_ports)
+    return watch_queues(params, serving.state, everywhere, window_end_ps, end_bytes, 0)

@@ -1,0 +1,150 @@
+"""The window's class queues in service order, built once per window, so that a transmit
+round reads each queue's head and its queued bytes in O(queues), not O(pool).
+
+Nothing joins a queue while ports transmit: ``forward`` has queued every packet that
+reaches a switch before the window ends, ``receive`` every ACK, and what ports send
+lands in later windows (every link delay is at least the window). A queue only loses its
+head. So one sort at the start of the window puts each class queue's packets in the order
+its FIFO serves them, and a round only moves a per-queue pointer: the head is the packet
+under the pointer, and the bytes queued at an instant are those between the pointer and
+the first packet arriving later (a binary search: the packets of a queue are sorted by
+arrival).
+
+Queue ``(1 + C) p + k`` is port p's class k: class 0 control (ACKs, unless
+``packet.ack_class=data``), 1 + k data priority k. FIFO order is arrival time, then the
+tie-breaks of ``PacketState.pkt_scheduled_ps`` and ``pkt_rank``, then the lowest slot,
+as ``ops.segments.fifo_head`` picks it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from multiverse_jax.components.experiment import Params
+from multiverse_jax.components.packets import PacketState
+from multiverse_jax.ops.packets import queued
+from multiverse_jax.units import NEVER
+
+
+class QueuedPacket(NamedTuple):
+    """What a transmit round reads of a queued packet, copied out of the pool in service
+    order (so a round never reads the pool arrays it writes, which would make XLA copy
+    them whole every round): arrays (S,) over positions, or (P,) for each port's choice."""
+
+    is_ack: jnp.ndarray  # bool
+    wire_bytes: jnp.ndarray  # int32
+    rank: jnp.ndarray  # int32 (PacketState.pkt_rank)
+    flow: jnp.ndarray  # int32
+    seq: jnp.ndarray  # int32
+    hop: jnp.ndarray  # int32
+
+
+class ServiceOrder(NamedTuple):
+    """Every class queue's packets in service order, queue after queue (Q = P (1 + C)
+    queues; packets not queued come last)."""
+
+    slot: jnp.ndarray  # (S,) int32 pool slot at each position
+    time_ps: jnp.ndarray  # (S,) int64 arrival at its port of the packet at each position (NEVER past the queues)
+    bytes_before: jnp.ndarray  # (S + 1,) int64 wire bytes of the packets at the positions before each one
+    queue_end: jnp.ndarray  # (Q,) int32 one past each queue's last position (its first: the previous queue's end)
+    packet: QueuedPacket  # (S,) each the packet at each position
+
+
+def packet_class(params: Params, pkts: PacketState):
+    """(S,) int32 each packet's class at its port: 0 control, 1 + its flow's priority."""
+    control = pkts.pkt_is_ack & ~params.ack_in_data_class
+    return jnp.where(control, 0, 1 + params.flows.flow_priority[pkts.pkt_flow]).astype(jnp.int32)
+
+
+def _sort_by(key, order, index_bits: int):
+    """``order`` (n,) int32 stably re-sorted by ``key[order]`` (n,) int64 (non-negative,
+    below ``2**(63 - index_bits)``): one sort of a single packed key (key, then position),
+    unpacked; sorting with an operand, or on several keys, costs ~5-20x more on a CPU."""
+    position = jnp.arange(order.shape[0], dtype=jnp.int64)
+    packed = jax.lax.sort((key[order] << index_bits) | position, is_stable=False)  # keys are unique
+    return order[(packed & ((1 << index_bits) - 1)).astype(jnp.int32)]
+
+
+def service_order(params: Params, pkts: PacketState, window_end_ps) -> ServiceOrder:
+    """Sort the pool once: by queue, then FIFO order within it.
+
+    Three stable sorts of one packed 64-bit key each, least significant first: the
+    tie-breaks, the arrival time, the queue. Arrivals are taken relative to the window's
+    end over ``2**(63 - index bits)`` ps (2.3 hours for 65,536 slots); the scheduling
+    tie-break (at most a link delay) is clipped to the bits the flow ranks leave
+    (``2**(47 - index bits - rank bits)`` ps: 17 ms for 65,536 slots and 1,000 flows).
+    """
+    n_ports, n_classes, n_slots = params.static.n_ports, 1 + params.static.n_data_classes, params.static.n_slots
+    n_queues = n_ports * n_classes
+    index_bits = max(1, n_slots.bit_length())
+    rank_bits = (params.static.n_flows + 2).bit_length()
+    offset_bits = 62 - index_bits - rank_bits
+    # Tie-breaks: the earlier-scheduled arrival (pkt_scheduled_ps - pkt_time_ps <= 0), then the lower rank.
+    half = 1 << (offset_bits - 1)
+    scheduled = jnp.clip(pkts.pkt_scheduled_ps - pkts.pkt_time_ps + half, 0, 2 * half - 1)
+    rank = jnp.clip(pkts.pkt_rank.astype(jnp.int64) + 1, 0, (1 << rank_bits) - 1)
+    order = _sort_by((scheduled << rank_bits) | rank, jnp.arange(n_slots, dtype=jnp.int32), index_bits)
+    span = 1 << (62 - index_bits)
+    order = _sort_by(jnp.clip(pkts.pkt_time_ps - (window_end_ps - span // 2), 0, span - 1), order, index_bits)
+    is_queued = queued(pkts)
+    queue = jnp.where(is_queued, n_classes * pkts.pkt_port + packet_class(params, pkts), n_queues)
+    slot = _sort_by(queue.astype(jnp.int64), order, index_bits)
+    sorted_queue = queue[slot]
+    in_queue = sorted_queue < n_queues
+    wire_bytes = jnp.where(in_queue, pkts.pkt_bytes[slot].astype(jnp.int64), 0)
+    bytes_before = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(wire_bytes)])
+    queue_end = jnp.searchsorted(sorted_queue, jnp.arange(n_queues, dtype=jnp.int32), side="right").astype(jnp.int32)
+    packet = QueuedPacket(
+        pkts.pkt_is_ack[slot], pkts.pkt_bytes[slot], pkts.pkt_rank[slot], pkts.pkt_flow[slot], pkts.pkt_seq[slot], pkts.pkt_hop[slot]
+    )
+    return ServiceOrder(slot, jnp.where(in_queue, pkts.pkt_time_ps[slot], NEVER), bytes_before, queue_end, packet)
+
+
+def queue_start(order: ServiceOrder):
+    """(Q,) int32 each queue's first position: where its pointer starts the window."""
+    return jnp.concatenate([jnp.zeros(1, jnp.int32), order.queue_end[:-1]])
+
+
+def heads(order: ServiceOrder, head, n_slots: int):
+    """Each queue's next packet, from its pointer ``head`` (Q,): (Q,) int64 its arrival
+    (NEVER for an empty queue) and (Q,) int32 its slot (``n_slots`` for none)."""
+    has = head < order.queue_end
+    at = jnp.minimum(head, order.slot.shape[0] - 1)
+    return jnp.where(has, order.time_ps[at], NEVER), jnp.where(has, order.slot[at], n_slots)
+
+
+def at_head(order: ServiceOrder, head, queue) -> QueuedPacket:
+    """The packet at the head of ``queue`` (P,) (its pointer in ``head`` (Q,)): (P,) each."""
+    at = jnp.minimum(head[queue], order.slot.shape[0] - 1)
+    return QueuedPacket(*(column[at] for column in order.packet))
+
+
+def arrived_by(order: ServiceOrder, head, at_ps):
+    """(Q,) int32 one past the last position of each queue, from its pointer ``head`` on,
+    whose packet has arrived by ``at_ps`` (Q,): a binary search, as a queue is sorted by
+    arrival."""
+    low, high = head, jnp.maximum(order.queue_end, head)
+    n_positions = order.slot.shape[0]
+    for _ in range(max(1, n_positions.bit_length())):
+        middle = (low + high) // 2
+        later = order.time_ps[jnp.minimum(middle, n_positions - 1)] > at_ps
+        searching = low < high
+        high = jnp.where(searching & later, middle, high)
+        low = jnp.where(searching & ~later, middle + 1, low)
+    return low
+
+
+def queued_bytes(order: ServiceOrder, head, n_ports: int, at_ps=None):
+    """(P,) int64 bytes queued at each port, every class: those not yet sent (from each
+    queue's pointer ``head`` (Q,) on); with ``at_ps`` (P,), only those that have arrived
+    by ``at_ps[port]`` (as ``ops.packets.port_queue_bytes``)."""
+    n_classes = head.shape[0] // n_ports
+    if at_ps is None:
+        end = jnp.maximum(order.queue_end, head)
+    else:
+        end = arrived_by(order, head, jnp.repeat(at_ps, n_classes))
+    per_queue = order.bytes_before[end] - order.bytes_before[head]
+    return per_queue.reshape(n_ports, n_classes).sum(axis=1)
