@@ -97,6 +97,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         flow_level=flow_level,
         steady_window=max(1, biggest(lambda e: e.hybrid.window if e.sim.mode == SimMode.hybrid else 1)),
         restorer_history=N_HISTORY if any(_learned_restore(e) for e in experiments) else 1,
+        window_bits=biggest(lambda e: int(e.topology.link_delay_ps.min()).bit_length()),
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
     )
 

@@ -74,3 +74,47 @@ def test_pause_reaches_upstream_one_delay_after_the_crossing(delay_us, release):
     at_arrival = release_ps(params, state, earliest + 1)
     assert int(just_before[uplink]) == expected + delay_ps - 1
     assert int(at_arrival[uplink]) > expected + delay_ps
+
+
+def test_events_past_the_compact_buffer_take_the_full_sort(monkeypatch):
+    """The PFC replay sorts only the events of links near a threshold, compacted into a
+    few places per link; a window with more takes the full sort. Forcing every window
+    with two or more events onto the full sort (one place in all) gives the same
+    decisions, window by window, while the ingress toggles between XOFF and XON."""
+    from multiverse_jax.systems import pfc as pfc_system
+
+    topo = chain([100, 10], [1.0, 1.0])
+    flows = make_flows([0], [1], [N_PACKETS * 4096], [0])
+    exp = Experiment(topo, flows, switch=SwitchConfig(pfc_xoff_bytes=XOFF, pfc_xon_bytes=XON), sim=SimConfig(sample_interval_us=0))
+    batch = build_batch([exp], static=SMALL, slots_per_host=SMALL.slots_per_host)
+    params, state = jax.tree.map(lambda x: x[0], (batch.params, batch.state))
+    step = jax.jit(engine.step)
+
+    @jax.jit
+    def before_pfc(p, s):  # the window's systems up to PFC's replay
+        for name, system in engine.SYSTEMS[: [n for n, _ in engine.SYSTEMS].index("pfc")]:
+            s = system(p, s, s.time_ps + p.window_ps)
+        return s
+
+    compact = jax.jit(lambda p, s: pfc_system.pfc(p, s, s.time_ps + p.window_ps))
+    compact(params, state)  # traced with the shipped buffer
+    monkeypatch.setattr(pfc_system, "PFC_EVENTS_PER_LINK", 0)
+    full = jax.jit(lambda p, s: pfc_system.pfc(p, s, s.time_ps + p.window_ps))
+    full(params, state)  # traced with one place: every window with two events or more overflows
+
+    @jax.jit
+    def n_events(p, s):
+        end = s.time_ps + p.window_ps
+        traffic = pfc_system._window_traffic(p, s, end)
+        return pfc_system._event_keys(p, s, end, traffic, pfc_system._near_threshold(p, s, traffic)).is_event.sum()
+
+    overflowing = 0
+    for _ in range(120):
+        window = before_pfc(params, state)
+        a, b = compact(params, window), full(params, window)
+        for x, y in zip(jax.tree.leaves(a.links), jax.tree.leaves(b.links)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        overflowing += int(n_events(params, window)) >= 2
+        state = step(params, state)
+    assert int(state.links.pfc_pause_count[0]) >= 2  # it paused (and resumed) more than once
+    assert overflowing >= 3  # the full sort decided those windows (4 of the 120)

@@ -29,6 +29,7 @@ class Static:
     path_len: int = 1  # Hp: links of the longest data or ACK path of a flow (1 unless flow paths are needed: flow and hybrid modes)
     restorer_history: int = 1  # Hr: depth samples the learned restorer reads (restorer.features.N_HISTORY when an
     #   experiment has hybrid.restore=transformer, else 1: the restorer is compiled out)
+    window_bits: int = 40  # bits of the longest window of the batch, in ps (PFC's packed event keys)
     int_queue_with_packet: bool = False  # some experiment's HPCC telemetry records the queue with the departing
     #   packet (hpcc.int_queue=with_packet): transmit looks ahead at the packets in flight to each port
     flow_level: bool = False  # the step is the flow-level one (sim.mode=flow): a different compiled program
