@@ -1,0 +1,130 @@
+"""A sweep of fat-tree permutations, ours batched against htsim one point at a time, measured in one run.
+
+The traffic users sweep: N permutations (seeds 0..N-1, ``peers.scenarios.permutation``)
+of ``--flow-bytes`` flows on a k-ary fat-tree as ``benchmarks/vs_htsim.py`` configures
+both simulators (100 Gb/s, 1 µs hops, 9000 B MTU, RoCE without congestion control,
+PFC; ``peers.htsim.HtsimNetwork``). htsim (``htsim_roce``, single-threaded C++, built
+from ``../shared/peers``) runs ``--htsim-points`` of the points one after another; we run
+all N as one batched program, in both batching modes. Packet-hops are counted by our
+engine (every data packet and ACK leaving a port); htsim carries the same packets over
+the same number of links (an ACK per data packet, same MTU), so its rate is our count for
+its points over its wall time. Our wall time excludes compilation (reported apart).
+
+    python benchmarks/sweep_vs_htsim.py                      # k=8, 32 points of 4 MB flows
+    python benchmarks/sweep_vs_htsim.py --k 4 --points 8 --flow-bytes 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
+from machine import COMPILE_CLOCK, machine_info
+from multiverse_jax.components.experiment import ERROR_POOL_FULL
+from multiverse_jax.config import experiment_from_config
+from multiverse_jax.peers import htsim
+from multiverse_jax.peers.scenarios import permutation
+from multiverse_jax.simulate import error_message, simulate
+
+RESULTS = Path(__file__).resolve().parent / "results"
+POOL_FULL = error_message(ERROR_POOL_FULL)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--k", type=int, default=8, help="fat-tree arity (default 8: 128 hosts)")
+    p.add_argument("--points", type=int, default=32, help="design points of the sweep (default 32)")
+    p.add_argument("--flow-bytes", type=int, default=4_000_000, help="bytes per flow (default 4 MB)")
+    p.add_argument("--htsim-points", type=int, default=4, help="points htsim runs, one after another (default 4)")
+    p.add_argument("--slots-per-host", type=int, default=256, help="packet slots per host (doubled on pool-full)")
+    p.add_argument("--modes", default="map,vmap", help="our batching modes (default map,vmap)")
+    p.add_argument("--out", type=Path, default=RESULTS / "sweep_vs_htsim.json")
+    return p.parse_args(argv)
+
+
+def run_htsim_plain(build: htsim.HtsimBuild, cm_path: Path, network: htsim.HtsimNetwork) -> float:
+    """Wall seconds of the unpatched ``htsim_roce`` on ``cm_path`` (its output discarded)."""
+    binary = build.plain_dir / htsim.BINARIES["roce"]
+    log = cm_path.with_suffix(".log")
+    command = [str(binary), "-tm", str(cm_path), *network.flags(), "-o", str(log)]
+    env = dict(os.environ, LD_PRELOAD=str(build.fixtime))
+    began = time.perf_counter()
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=cm_path.parent)
+    wall_s = time.perf_counter() - began
+    if done.returncode != 0:
+        raise RuntimeError(f"htsim failed (exit {done.returncode}): {' '.join(command)}\n{done.stderr[-2000:]}")
+    return wall_s
+
+
+def run_ours(experiments, slots: int, batching: str) -> tuple[list, float, float, int]:
+    """The batch as one program; slots doubled while a pool runs out. Returns (results,
+    wall s less compile, compile s, slots)."""
+    while True:
+        COMPILE_CLOCK.take()
+        began = time.perf_counter()
+        results = simulate(experiments, slots_per_host=slots, batching=batching)
+        wall = time.perf_counter() - began
+        compile_s = COMPILE_CLOCK.take() or 0.0
+        if not any(POOL_FULL in r.summary["error"] for r in results) or slots >= 1 << 13:
+            return results, wall - compile_s, compile_s, slots
+        slots *= 2
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    network = htsim.HtsimNetwork(k=args.k)
+    folder = Path(tempfile.mkdtemp(prefix="sweep_vs_htsim_"))
+    cm_paths = [
+        Path(permutation(seed, network.n_hosts, args.flow_bytes).write(folder / f"perm-s{seed}.cm")) for seed in range(args.points)
+    ]
+    experiments = [experiment_from_config(htsim.our_config(network, "roce", cm)) for cm in cm_paths]
+    rows = []
+    hops = None
+    for mode in args.modes.split(","):
+        results, wall_s, compile_s, slots = run_ours(experiments, args.slots_per_host, mode)
+        hops = np.array([r.summary["n_packet_hops"] for r in results], dtype=np.int64)
+        bad = [i for i, r in enumerate(results) if r.summary["status"] != "ok"]
+        if bad:
+            print(f"{mode}: points {bad} did not finish: {results[bad[0]].summary['error']}", file=sys.stderr)
+        rows.append(
+            {"simulator": f"multiverse-jax sim.batching={mode}", "points": args.points, "wall_s": wall_s,
+             "compile_s": compile_s, "packet_hops": int(hops.sum()), "rate": hops.sum() / wall_s, "slots_per_host": slots,
+             "cores": os.cpu_count()}
+        )  # fmt: skip
+    try:
+        build = htsim.build_htsim()
+        n = min(args.htsim_points, args.points)
+        walls = [run_htsim_plain(build, cm_paths[i], network) for i in range(n)]
+        rows.append(
+            {"simulator": "htsim_roce (one point at a time)", "points": n, "wall_s": sum(walls), "compile_s": 0.0,
+             "packet_hops": int(hops[:n].sum()), "rate": hops[:n].sum() / sum(walls), "slots_per_host": None, "cores": 1}
+        )  # fmt: skip
+    except htsim.PeerUnavailable as why:
+        print(f"htsim not run: {why}", file=sys.stderr)
+    htsim_rate = next((r["rate"] for r in rows if r["simulator"].startswith("htsim")), None)
+    print(f"k={args.k} ({network.n_hosts} hosts), {args.points} permutations of {args.flow_bytes:,} B flows")
+    print(f"{'simulator':36s} {'points':>6s} {'wall s':>8s} {'compile s':>9s} {'packet-hops':>13s} {'M hops/s':>9s} {'vs htsim':>8s}")
+    for r in rows:
+        ratio = f"{r['rate'] / htsim_rate:.2f}x" if htsim_rate else "-"
+        r["vs_htsim"] = r["rate"] / htsim_rate if htsim_rate else None
+        print(
+            f"{r['simulator']:36s} {r['points']:6d} {r['wall_s']:8.2f} {r['compile_s']:9.2f} {r['packet_hops']:13,d} "
+            f"{r['rate'] / 1e6:9.3f} {ratio:>8s}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "machine": machine_info(), "rows": rows}, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
