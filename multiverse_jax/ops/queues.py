@@ -126,15 +126,17 @@ def arrived_by(order: ServiceOrder, head, at_ps):
     """(Q,) int32 one past the last position of each queue, from its pointer ``head`` on,
     whose packet has arrived by ``at_ps`` (Q,): a binary search, as a queue is sorted by
     arrival."""
-    low, high = head, jnp.maximum(order.queue_end, head)
     n_positions = order.slot.shape[0]
-    for _ in range(max(1, n_positions.bit_length())):
+
+    def halve(_, bounds):
+        low, high = bounds
         middle = (low + high) // 2
         later = order.time_ps[jnp.minimum(middle, n_positions - 1)] > at_ps
         searching = low < high
-        high = jnp.where(searching & later, middle, high)
-        low = jnp.where(searching & ~later, middle + 1, low)
-    return low
+        return jnp.where(searching & ~later, middle + 1, low), jnp.where(searching & later, middle, high)
+
+    bounds = (head, jnp.maximum(order.queue_end, head))
+    return jax.lax.fori_loop(0, max(1, n_positions.bit_length()), halve, bounds)[0]
 
 
 def queued_bytes(order: ServiceOrder, head, n_ports: int, at_ps=None):
