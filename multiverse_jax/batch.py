@@ -22,6 +22,7 @@ from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HybridRestore, SimM
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
+from multiverse_jax.ops.packets import PS_BITS_PER_BYTE
 from multiverse_jax.restorer.features import N_HISTORY
 
 
@@ -98,6 +99,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         steady_window=max(1, biggest(lambda e: e.hybrid.window if e.sim.mode == SimMode.hybrid else 1)),
         restorer_history=N_HISTORY if any(_learned_restore(e) for e in experiments) else 1,
         window_bits=biggest(lambda e: int(e.topology.link_delay_ps.min()).bit_length()),
+        inexact_rates=any(bool(np.any(PS_BITS_PER_BYTE % e.topology.link_rate_bps != 0)) for e in experiments),
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
     )
 

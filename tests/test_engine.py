@@ -260,3 +260,27 @@ def test_flowlets_change_path_only_after_a_gap():
     assert len(_core_bytes(state, 1, K4.node_names)) <= 2  # one core per flow
     flowlets = np.asarray(state.flows.flow_flowlet)
     assert flowlets[0, 0] == 200 and flowlets[1, 0] == 1
+
+
+def test_serialisation_by_link_is_the_division_whatever_the_rates():
+    """``link_serialization_ps`` multiplies by ps per byte when every rate divides 8e12
+    bit-ps/s and divides (rounding up) when one does not: the same times either way."""
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    from multiverse_jax.components.static import Static
+    from multiverse_jax.ops.packets import link_serialization_ps, serialization_ps
+
+    class Links:
+        link_rate_bps = jnp.array([100_000_000_000, 400_000_000_000, 3_000_000_000, 1], jnp.int64)
+
+    static = Static(n_nodes=1, n_hosts=1, n_ports=4, n_flows=1, n_triggers=1, n_activators=1, route_width=1, pinned_len=1, slots_per_host=1, pfc_history=1)
+    wire = jnp.array([64, 9064, 1500, 4160, 1], jnp.int32)
+    link = jnp.array([0, 1, 0, 1, 3], jnp.int32)
+    exact = type("P", (), {"links": Links, "static": static})
+    assert np.array_equal(link_serialization_ps(exact, wire, link), serialization_ps(wire, Links.link_rate_bps[link]))
+    inexact = type("P", (), {"links": Links, "static": dataclasses.replace(static, inexact_rates=True)})
+    odd = jnp.array([2, 2, 2, 2, 2], jnp.int32)  # 3 Gb/s: 8e12 / 3e9 is not an integer
+    assert np.array_equal(link_serialization_ps(inexact, wire, odd), serialization_ps(wire, Links.link_rate_bps[odd]))
+    assert int(link_serialization_ps(inexact, wire, odd)[0]) == -(-64 * 8 * 10**12 // 3_000_000_000)

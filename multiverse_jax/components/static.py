@@ -30,6 +30,7 @@ class Static:
     restorer_history: int = 1  # Hr: depth samples the learned restorer reads (restorer.features.N_HISTORY when an
     #   experiment has hybrid.restore=transformer, else 1: the restorer is compiled out)
     window_bits: int = 40  # bits of the longest window of the batch, in ps (PFC's packed event keys)
+    inexact_rates: bool = False  # some link rate does not divide 8e12 bit-ps/s: serialisation needs a division
     int_queue_with_packet: bool = False  # some experiment's HPCC telemetry records the queue with the departing
     #   packet (hpcc.int_queue=with_packet): transmit looks ahead at the packets in flight to each port
     flow_level: bool = False  # the step is the flow-level one (sim.mode=flow): a different compiled program

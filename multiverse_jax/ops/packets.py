@@ -25,6 +25,16 @@ def serialization_ps(wire_bytes, rate_bps):
     return (numerator + rate_bps - 1) // rate_bps
 
 
+def link_serialization_ps(params: Params, wire_bytes, link):
+    """``serialization_ps`` of ``wire_bytes`` on each ``link`` (arrays alike): a product by
+    the link's ps per byte where every rate of the batch divides 8e12 (``Static.inexact_rates``
+    unset), an integer division (slow over the pool on a CPU) only where one does not."""
+    rate_bps = params.links.link_rate_bps
+    if params.static.inexact_rates:
+        return serialization_ps(wire_bytes, rate_bps[link])
+    return wire_bytes.astype(jnp.int64) * (PS_BITS_PER_BYTE // rate_bps)[link]
+
+
 def in_flight(pkts: PacketState):
     """(S_total,) bool packets on a wire."""
     return pkts.pkt_valid & pkts.pkt_in_flight

@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
-from multiverse_jax.ops.packets import serialization_ps
+from multiverse_jax.ops.packets import link_serialization_ps
 from multiverse_jax.units import NEVER
 
 
@@ -36,7 +36,7 @@ def counted_until_ps(params: Params, pkts):
     departure (``switch.pfc_release=dequeue``) or its end, last bit sent (``sent``)."""
     links = params.links
     counted = pkts.pkt_valid & (pkts.pkt_ingress >= 0) & (~pkts.pkt_is_ack | params.ack_in_data_class)
-    ser_ps = serialization_ps(pkts.pkt_bytes, links.link_rate_bps[pkts.pkt_port])
+    ser_ps = link_serialization_ps(params, pkts.pkt_bytes, pkts.pkt_port)
     sent_ps = pkts.pkt_time_ps - links.link_delay_ps[pkts.pkt_port]  # the last bit leaves: arrival - delay
     return counted, jnp.where(params.pfc_count_until_sent, sent_ps, sent_ps - ser_ps)
 
