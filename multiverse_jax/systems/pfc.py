@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_PFC_TOGGLES, Params, State
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
+from multiverse_jax.ops.lockstep import at_most_once
 from multiverse_jax.ops.pfc import counted_until_ps
 from multiverse_jax.ops.segments import count_by
 
@@ -172,16 +173,6 @@ def _decisions(params: Params, state: State, window_end_ps, traffic, events):
         states.append(jnp.where(found, paused[at], end_state))
         taken = taken | (changed & (index == at[jnp.minimum(link, n_ports - 1)]))
     return jnp.stack(decided, 1), jnp.stack(states, 1), count_by(changed & paused, segment, n_ports), n_changes
-
-
-def at_most_once(needed, fn, value):
-    """``fn(True, value)`` where ``needed`` (() bool), else ``value``: a while loop of at
-    most one trip. Under vmap a ``lax.cond`` on a per-experiment flag runs both branches
-    for every experiment; this loop runs its body only when some experiment of the batch
-    needs it (and keeps the others' values). ``fn`` must make its work depend on the flag
-    it is given (always True inside), or XLA hoists work that depends only on values from
-    outside the loop out of it, and runs it every time."""
-    return jax.lax.while_loop(lambda c: c[0], lambda c: (jnp.bool_(False), fn(c[0], c[1])), (needed, value))[1]
 
 
 def pfc(params: Params, state: State, window_end_ps) -> State:

@@ -13,6 +13,14 @@ is at least the window. Each round (``serve_round``), all ports of all experimen
 at most one packet; rounds repeat until no port can start another packet inside the
 window.
 
+Nothing joins a queue during the window (arrivals were queued by ``forward``), so the
+window starts by sorting the pool once into every class queue's service order
+(``ops/queues.py``) and listing each host's free slots (``nic.free_slots``); a round then
+reads each queue's head under a pointer, and the bytes queued at an instant by a binary
+search, so its cost is per port and per flow, not per pool slot. A round reads what it
+needs of a queued packet from the service order, never from the pool arrays it writes
+(XLA would copy those whole every round).
+
 A round is a chain of phases, arrays over ports P, classes 1 + C and hosts H:
 ``class_heads`` (the candidate of each class queue) -> ``start_times`` (PFC and strict
 priority) -> ``depart`` (what each port starts, its wire size and times) -> ``account``
