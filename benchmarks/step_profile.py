@@ -113,9 +113,10 @@ def main() -> None:
         busy = engine.advance(batch.params, busy, 1)
     rounds = np.stack(rounds)  # (windows, E)
     own, lockstep = float(rounds.mean()), float(rounds.max(axis=1).mean())
+    waste = 1.0 - own / lockstep
     print(
         f"transmit rounds per window: {own:.2f} per experiment on its own, {lockstep:.2f} for the batch "
-        f"(lockstep: {lockstep / own:.2f}x)"
+        f"(lockstep: {lockstep / own:.2f}x; {waste:.0%} of the batch's rounds are waste for the experiment that waits)"
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -133,6 +134,7 @@ def main() -> None:
                 "rows": rows,
                 "rounds_per_window_own": own,
                 "rounds_per_window_batch": lockstep,
+                "lockstep_waste": waste,
             },
             indent=2,
         )

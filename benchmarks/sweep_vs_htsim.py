@@ -95,6 +95,7 @@ def main(argv=None) -> int:
         bad = [i for i, r in enumerate(results) if r.summary["status"] != "ok"]
         if bad:
             print(f"{mode}: points {bad} did not finish: {results[bad[0]].summary['error']}", file=sys.stderr)
+        print(f"{mode}: {args.points} points in {wall_s:.1f} s (+{compile_s:.1f} s compiling), {hops.sum() / wall_s:,.0f} packet-hops/s", flush=True)
         rows.append(
             {"simulator": f"multiverse-jax sim.batching={mode}", "points": args.points, "wall_s": wall_s,
              "compile_s": compile_s, "packet_hops": int(hops.sum()), "rate": hops.sum() / wall_s, "slots_per_host": slots,
@@ -104,6 +105,7 @@ def main(argv=None) -> int:
         build = htsim.build_htsim()
         n = min(args.htsim_points, args.points)
         walls = [run_htsim_plain(build, cm_paths[i], network) for i in range(n)]
+        print(f"htsim: {n} points in {sum(walls):.1f} s, {hops[:n].sum() / sum(walls):,.0f} packet-hops/s", flush=True)
         rows.append(
             {"simulator": "htsim_roce (one point at a time)", "points": n, "wall_s": sum(walls), "compile_s": 0.0,
              "packet_hops": int(hops[:n].sum()), "rate": hops[:n].sum() / sum(walls), "slots_per_host": None, "cores": 1}

@@ -78,9 +78,9 @@ def service_order(params: Params, pkts: PacketState, window_end_ps) -> ServiceOr
     The queued packets are compacted (a cumsum) and sorted in the smallest of 4096,
     16,384, ... places that holds them (below the pool's size; else the whole pool), so
     a window sorts about as many places as it has packets queued, whatever the pool's
-    size. Each larger size runs only when the smaller one overflowed (``at_most_once``:
-    in a lockstep batch, when some experiment needs it). The arrays are the pool's size
-    either way (past the queues: no packet).
+    size. Only that size runs (``at_most_once`` per size: in a lockstep batch, the sizes
+    some experiment needs), and none when nothing is queued. The arrays are the pool's
+    size either way (past the queues: no packet).
     """
     n_slots = params.static.n_slots
     every_slot = jnp.arange(n_slots, dtype=jnp.int32)
@@ -97,10 +97,22 @@ def service_order(params: Params, pkts: PacketState, window_end_ps) -> ServiceOr
         members = jnp.full(n_places, n_slots, jnp.int32).at[jnp.where(go, position, n_places)].set(every_slot, mode="drop")
         return _padded(_order_of(params, pkts, window_end_ps, members), n_slots)
 
-    order = sorted_in(sizes[0])
-    for n_places, larger in zip(sizes, sizes[1:] + [n_slots]):
-        order = at_most_once(n_queued > n_places, lambda go, _, larger=larger: sorted_in(larger, go), order)
+    order, fewer = _no_queues(params), 0
+    for n_places in sizes + [n_slots]:  # the one size that holds them runs
+        holds = (n_queued > fewer) & ((n_queued <= n_places) | (n_places == n_slots))
+        order = at_most_once(holds, lambda go, _, n_places=n_places: sorted_in(n_places, go), order)
+        fewer = n_places
     return order
+
+
+def _no_queues(params: Params) -> ServiceOrder:
+    """The service order of a window with nothing queued."""
+    n_slots, n_queues = params.static.n_slots, params.static.n_ports * (1 + params.static.n_data_classes)
+    zeros = jnp.zeros(n_slots, jnp.int32)
+    return ServiceOrder(
+        jnp.full(n_slots, n_slots, jnp.int32), jnp.full(n_slots, NEVER, jnp.int64), jnp.zeros(n_slots + 1, jnp.int64),
+        jnp.zeros(n_queues, jnp.int32), QueuedPacket(jnp.zeros(n_slots, bool), zeros, zeros, zeros, zeros, zeros),
+    )  # fmt: skip
 
 
 def _order_of(params: Params, pkts: PacketState, window_end_ps, members) -> ServiceOrder:

@@ -32,6 +32,7 @@ from multiverse_jax.ops.pfc import counted_until_ps
 from multiverse_jax.ops.segments import count_by
 
 PFC_EVENTS_PER_LINK = 2  # room per link for the window's events of links near a threshold (more: the full sort)
+PFC_COMPACT_ABOVE = 8192  # a pool with at most this many events (2 per slot) always takes the full sort: one path to compile
 
 
 def _window_traffic(params: Params, state: State, window_end_ps):
@@ -181,17 +182,21 @@ def pfc(params: Params, state: State, window_end_ps) -> State:
     keys = _event_keys(params, state, window_end_ps, traffic, _near_threshold(params, state, traffic))
     # The events of links near a threshold, compacted and sorted: a few per link per window.
     # When more than that come at once, the full sort (at most one trip, and only then).
-    capacity = max(1, min(keys.key.shape[0], PFC_EVENTS_PER_LINK * params.static.n_ports))
-    compact, compact_index, overflow = _compact(keys, capacity)
-    events = _sorted_events(params, window_end_ps, traffic, keys, compact, compact_index)
-    decisions = _decisions(params, state, window_end_ps, traffic, events)
+    # A small pool sorts all its events (fewer programs to compile).
+    every_index = jnp.arange(keys.key.shape[0], dtype=jnp.int32)
 
     def full_sort(go, _):
-        every_index = jnp.arange(keys.key.shape[0], dtype=jnp.int32)
         events = _sorted_events(params, window_end_ps, traffic, keys, jnp.where(go, keys.key, keys.none), every_index)
         return _decisions(params, state, window_end_ps, traffic, events)
 
-    decided, states, pauses, n_changes = at_most_once(overflow, full_sort, decisions)
+    capacity = max(1, min(keys.key.shape[0], PFC_EVENTS_PER_LINK * params.static.n_ports))
+    if keys.key.shape[0] <= PFC_COMPACT_ABOVE:
+        decided, states, pauses, n_changes = full_sort(True, None)
+    else:
+        compact, compact_index, overflow = _compact(keys, capacity)
+        events = _sorted_events(params, window_end_ps, traffic, keys, compact, compact_index)
+        decisions = _decisions(params, state, window_end_ps, traffic, events)
+        decided, states, pauses, n_changes = at_most_once(overflow, full_sort, decisions)
     # A frozen partition's links (hybrid mode) keep their history as it was: it moves with their thaw.
     frozen = (state.steady.port_frozen_label >= 0)[:, None]
     decided_ps = jnp.concatenate([links.pfc_decided_ps[:, PFC_ENTRIES_PER_WINDOW:], decided], axis=1)
