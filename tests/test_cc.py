@@ -135,7 +135,7 @@ def _mixed_cc_experiments():
 MIXED_STATIC = dataclasses.replace(SMALL, int_hops=5, n_data_classes=2, n_samples=64)
 
 
-@pytest.mark.parametrize("batching", ["vmap", "map"])
+@pytest.mark.parametrize("batching", [pytest.param("vmap", marks=pytest.mark.slow), "map"])  # vmap in CI: tests/test_engine.py
 def test_mixed_cc_batch_equals_each_experiment_alone(batching):
     """Six experiments mixing every CC (and LB, ECN, priorities) in one compiled batch give
     what each gives alone, bit for bit, time series included. Alone means a batch of one
