@@ -10,7 +10,7 @@ engine (every data packet and ACK leaving a port); htsim carries the same packet
 the same number of links (an ACK per data packet, same MTU), so its rate is our count for
 its points over its wall time. Our wall time excludes compilation (reported apart).
 
-    python benchmarks/sweep_vs_htsim.py                      # k=8, 32 points of 4 MB flows
+    python benchmarks/sweep_vs_htsim.py                      # k=8, 8 points of 4 MB flows (10 minutes on 2 cores)
     python benchmarks/sweep_vs_htsim.py --k 4 --points 8 --flow-bytes 1000000
 """
 
@@ -19,64 +19,32 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
-from machine import COMPILE_CLOCK, machine_info
-from multiverse_jax.components.experiment import ERROR_POOL_FULL
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.peers import htsim
 from multiverse_jax.peers.scenarios import permutation
-from multiverse_jax.simulate import error_message, simulate
+from machine import machine_info
+from vs_htsim import run_batch
 
 RESULTS = Path(__file__).resolve().parent / "results"
-POOL_FULL = error_message(ERROR_POOL_FULL)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--k", type=int, default=8, help="fat-tree arity (default 8: 128 hosts)")
-    p.add_argument("--points", type=int, default=32, help="design points of the sweep (default 32)")
+    p.add_argument("--points", type=int, default=8, help="design points of the sweep (default 8; 32 takes over 20 minutes here)")
     p.add_argument("--flow-bytes", type=int, default=4_000_000, help="bytes per flow (default 4 MB)")
     p.add_argument("--htsim-points", type=int, default=4, help="points htsim runs, one after another (default 4)")
-    p.add_argument("--slots-per-host", type=int, default=256, help="packet slots per host (doubled on pool-full)")
+    p.add_argument("--slots-per-host", type=int, default=512, help="packet slots per host (default 512; doubled on pool-full)")
     p.add_argument("--modes", default="map,vmap", help="our batching modes (default map,vmap)")
     p.add_argument("--out", type=Path, default=RESULTS / "sweep_vs_htsim.json")
     return p.parse_args(argv)
-
-
-def run_htsim_plain(build: htsim.HtsimBuild, cm_path: Path, network: htsim.HtsimNetwork) -> float:
-    """Wall seconds of the unpatched ``htsim_roce`` on ``cm_path`` (its output discarded)."""
-    binary = build.plain_dir / htsim.BINARIES["roce"]
-    log = cm_path.with_suffix(".log")
-    command = [str(binary), "-tm", str(cm_path), *network.flags(), "-o", str(log)]
-    env = dict(os.environ, LD_PRELOAD=str(build.fixtime))
-    began = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=cm_path.parent)
-    wall_s = time.perf_counter() - began
-    if done.returncode != 0:
-        raise RuntimeError(f"htsim failed (exit {done.returncode}): {' '.join(command)}\n{done.stderr[-2000:]}")
-    return wall_s
-
-
-def run_ours(experiments, slots: int, batching: str) -> tuple[list, float, float, int]:
-    """The batch as one program; slots doubled while a pool runs out. Returns (results,
-    wall s less compile, compile s, slots)."""
-    while True:
-        COMPILE_CLOCK.take()
-        began = time.perf_counter()
-        results = simulate(experiments, slots_per_host=slots, batching=batching)
-        wall = time.perf_counter() - began
-        compile_s = COMPILE_CLOCK.take() or 0.0
-        if not any(POOL_FULL in r.summary["error"] for r in results) or slots >= 1 << 13:
-            return results, wall - compile_s, compile_s, slots
-        slots *= 2
 
 
 def main(argv=None) -> int:
@@ -90,7 +58,7 @@ def main(argv=None) -> int:
     rows = []
     hops = None
     for mode in args.modes.split(","):
-        results, wall_s, compile_s, slots = run_ours(experiments, args.slots_per_host, mode)
+        results, wall_s, compile_s, slots = run_batch(experiments, args.slots_per_host, 1 << 13, mode)
         hops = np.array([r.summary["n_packet_hops"] for r in results], dtype=np.int64)
         bad = [i for i, r in enumerate(results) if r.summary["status"] != "ok"]
         if bad:
@@ -104,7 +72,7 @@ def main(argv=None) -> int:
     try:
         build = htsim.build_htsim()
         n = min(args.htsim_points, args.points)
-        walls = [run_htsim_plain(build, cm_paths[i], network) for i in range(n)]
+        walls = [htsim.run_htsim(build, "roce", cm_paths[i], network, folder, patched=False).wall_s for i in range(n)]
         print(f"htsim: {n} points in {sum(walls):.1f} s, {hops[:n].sum() / sum(walls):,.0f} packet-hops/s", flush=True)
         rows.append(
             {"simulator": "htsim_roce (one point at a time)", "points": n, "wall_s": sum(walls), "compile_s": 0.0,

@@ -80,18 +80,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run_ours(experiment, slots: int, max_slots: int = 1 << 14):
-    """``simulate`` alone, doubling the packet slots while a host's pool runs out.
-    Returns (result, wall s less compile, compile s, slots)."""
+def run_batch(experiments, slots: int, max_slots: int = 1 << 14, batching: str = "auto"):
+    """``simulate`` of the experiments as one batch, doubling the packet slots while a
+    host's pool runs out. Returns (results, wall s less compile, compile s, slots)."""
     while True:
         COMPILE_CLOCK.take()
         began = time.perf_counter()
-        result = simulate([experiment], slots_per_host=slots)[0]
+        results = simulate(experiments, slots_per_host=slots, batching=batching)
         wall = time.perf_counter() - began
         compile_s = COMPILE_CLOCK.take() or 0.0
-        if POOL_FULL not in result.summary["error"] or slots * 2 > max_slots:
-            return result, wall - compile_s, compile_s, slots
+        if not any(POOL_FULL in r.summary["error"] for r in results) or slots * 2 > max_slots:
+            return results, wall - compile_s, compile_s, slots
         slots *= 2
+
+
+def run_ours(experiment, slots: int, max_slots: int = 1 << 14):
+    """``run_batch`` of one experiment: (result, wall s less compile, compile s, slots)."""
+    results, wall_s, compile_s, slots = run_batch([experiment], slots, max_slots)
+    return results[0], wall_s, compile_s, slots
 
 
 def percent_stats(errors: np.ndarray) -> dict:

@@ -79,9 +79,10 @@ def test_pause_reaches_upstream_one_delay_after_the_crossing(delay_us, release):
 def test_events_past_the_compact_buffer_take_the_full_sort(monkeypatch):
     """The PFC replay of a large pool sorts only the events of links near a threshold,
     compacted into a few places per link; a window with more takes the full sort (a small
-    pool, as here, always sorts every event). The compacted replay, and one with a single
-    place (every window with two events or more on the full sort), decide the same as
-    sorting every event, window by window, while the ingress toggles between XOFF and XON."""
+    pool, as here, always sorts every event). The compacted replay, one with a single
+    place (every window with two events or more on the full sort), and the full sort with
+    the event index as a sort operand (keys too wide to pack it) decide the same as sorting
+    every event, window by window, while the ingress toggles between XOFF and XON."""
     from multiverse_jax.systems import pfc as pfc_system
 
     topo = chain([100, 10], [1.0, 1.0])
@@ -99,6 +100,10 @@ def test_events_past_the_compact_buffer_take_the_full_sort(monkeypatch):
 
     full = jax.jit(lambda p, s: pfc_system.pfc(p, s, s.time_ps + p.window_ps))
     full(params, state)  # traced as the small test pool runs: every event sorted
+    monkeypatch.setattr(pfc_system, "KEY_BITS", 0)
+    operand = jax.jit(lambda p, s: pfc_system.pfc(p, s, s.time_ps + p.window_ps))
+    operand(params, state)  # every event sorted, its index an operand (as when link, time and index need > 63 bits)
+    monkeypatch.setattr(pfc_system, "KEY_BITS", 63)
     monkeypatch.setattr(pfc_system, "PFC_COMPACT_ABOVE", 0)
     compact = jax.jit(lambda p, s: pfc_system.pfc(p, s, s.time_ps + p.window_ps))
     compact(params, state)  # traced with the shipped buffer (two places per link)
@@ -115,10 +120,10 @@ def test_events_past_the_compact_buffer_take_the_full_sort(monkeypatch):
     overflowing = 0
     for _ in range(120):
         window = before_pfc(params, state)
-        a, b, c = compact(params, window), full(params, window), overflowing_buffer(params, window)
-        for x, y, z in zip(jax.tree.leaves(a.links), jax.tree.leaves(b.links), jax.tree.leaves(c.links)):
-            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-            np.testing.assert_array_equal(np.asarray(z), np.asarray(y))
+        reference = full(params, window).links
+        for variant in (compact, overflowing_buffer, operand):
+            for x, y in zip(jax.tree.leaves(variant(params, window).links), jax.tree.leaves(reference)):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
         overflowing += int(n_events(params, window)) >= 2
         state = step(params, state)
     assert int(state.links.pfc_pause_count[0]) >= 2  # it paused (and resumed) more than once

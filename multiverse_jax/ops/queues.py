@@ -27,6 +27,7 @@ from multiverse_jax.components.experiment import Params
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops.lockstep import at_most_once
 from multiverse_jax.ops.packets import queued
+from multiverse_jax.ops.segments import compact
 from multiverse_jax.units import NEVER
 
 
@@ -89,12 +90,11 @@ def service_order(params: Params, pkts: PacketState, window_end_ps) -> ServiceOr
         return _order_of(params, pkts, window_end_ps, every_slot)
     is_queued = queued(pkts)
     n_queued = jnp.sum(is_queued, dtype=jnp.int32)
-    position = jnp.where(is_queued, jnp.cumsum(is_queued, dtype=jnp.int32) - 1, n_slots)
 
-    def sorted_in(n_places: int, go=True):
+    def sorted_in(n_places: int, go):
         if n_places >= n_slots:  # the whole pool
             return _order_of(params, pkts, window_end_ps, jnp.where(go, every_slot, n_slots))
-        members = jnp.full(n_places, n_slots, jnp.int32).at[jnp.where(go, position, n_places)].set(every_slot, mode="drop")
+        (members,), _ = compact(is_queued & go, n_places, (every_slot, n_slots))
         return _padded(_order_of(params, pkts, window_end_ps, members), n_slots)
 
     order, fewer = _no_queues(params), 0

@@ -53,3 +53,13 @@ def count_by(mask, segment, n_segments, values=None):
 def latest_by(mask, segment, n_segments, time_ps):
     """Per segment, the largest masked time (-1 if none)."""
     return jax.ops.segment_max(jnp.where(mask, time_ps, -1), jnp.where(mask, segment, n_segments), n_segments)
+
+
+def compact(mask, capacity: int, *columns):
+    """The masked entries of each column, in order, packed into ``capacity`` places (stream
+    compaction: one cumsum, one scatter per column). ``columns``: (values (n,), fill)
+    pairs; returns the packed columns (capacity,) (``fill`` past the entries) and () bool
+    whether the entries did not all fit (those past ``capacity`` are left out)."""
+    position = jnp.where(mask, jnp.cumsum(mask, dtype=jnp.int32) - 1, capacity)
+    packed = [jnp.full(capacity, fill, values.dtype).at[position].set(values, mode="drop") for values, fill in columns]
+    return packed, jnp.sum(mask, dtype=jnp.int32) > capacity

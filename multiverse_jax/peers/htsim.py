@@ -241,14 +241,18 @@ def parse_output(lines) -> tuple[dict[int, int], dict[int, int], dict[tuple[int,
     return start, finish, hops
 
 
-def run_htsim(build: HtsimBuild, mode: str, cm_path: str | Path, network: HtsimNetwork, out_dir: str | Path) -> HtsimRun:
+def run_htsim(
+    build: HtsimBuild, mode: str, cm_path: str | Path, network: HtsimNetwork, out_dir: str | Path, *, patched: bool = True
+) -> HtsimRun:
     """Run the patched htsim (``mode`` roce or hpcc) on ``cm_path``; its stdout is kept in
     ``out_dir/<cm name>_htsim_<mode>.out`` and parsed once the process has ended (so the
-    parsing is not in ``wall_s``)."""
+    parsing is not in ``wall_s``). ``patched=False`` runs htsim as built, unpatched, for
+    timing only: its output names no .cm flow ids, so the run's dicts are empty."""
     out_dir, stem = Path(out_dir), Path(cm_path).stem
     stdout_path = out_dir / f"{stem}_htsim_{mode}.out"
     log_path = out_dir / f"{stem}_htsim_{mode}.log"
-    command = [str(build.binary(mode)), "-tm", str(cm_path), *network.flags(), "-o", str(log_path)]
+    binary = build.binary(mode) if patched else build.plain_dir / BINARIES[mode]
+    command = [str(binary), "-tm", str(cm_path), *network.flags(), "-o", str(log_path)]
     env = dict(os.environ, LD_PRELOAD=str(build.fixtime))
     with open(stdout_path, "w") as stdout:
         began = time.perf_counter()
@@ -256,6 +260,8 @@ def run_htsim(build: HtsimBuild, mode: str, cm_path: str | Path, network: HtsimN
         wall_s = time.perf_counter() - began
     if done.returncode != 0:
         raise RuntimeError(f"htsim failed (exit {done.returncode}): {' '.join(command)}\n{done.stderr[-4000:]}")
+    if not patched:  # its flow names carry no .cm ids: nothing to parse
+        return HtsimRun(start_ps={}, finish_ps={}, hops={}, wall_s=wall_s)
     with open(stdout_path) as lines:
         start, finish, hops = parse_output(lines)
     return HtsimRun(start_ps=start, finish_ps=finish, hops=hops, wall_s=wall_s)

@@ -29,9 +29,10 @@ from multiverse_jax.components.experiment import ERROR_PFC_TOGGLES, Params, Stat
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
 from multiverse_jax.ops.lockstep import at_most_once
 from multiverse_jax.ops.pfc import counted_until_ps
-from multiverse_jax.ops.segments import count_by
+from multiverse_jax.ops.segments import compact, count_by
 
 PFC_EVENTS_PER_LINK = 2  # room per link for the window's events of links near a threshold (more: the full sort)
+KEY_BITS = 63  # bits of a sort key; events whose link, time and index do not fit sort the index as an operand
 PFC_COMPACT_ABOVE = 8192  # a pool with at most this many events (2 per slot) always takes the full sort: one path to compile
 
 
@@ -92,7 +93,7 @@ def _event_keys(params: Params, state: State, window_end_ps, traffic, near) -> _
     is_departure = jnp.concatenate([jnp.ones_like(left_now), jnp.zeros_like(came_now)]).astype(jnp.int64)
     time_bits = max(1, params.static.window_bits)
     index_bits = max(1, (2 * n_slots - 1).bit_length())
-    if n_ports.bit_length() + time_bits + 1 + index_bits > 63:
+    if n_ports.bit_length() + time_bits + 1 + index_bits > KEY_BITS:
         index_bits = 0
     key = (((link << time_bits) | jnp.clip(time, 0, (1 << time_bits) - 1)) << 1 | is_departure) << index_bits
     key = key | jnp.arange(2 * n_slots, dtype=jnp.int64) if index_bits else key
@@ -117,16 +118,6 @@ def _sorted_events(params: Params, window_end_ps, traffic, keys: _EventKeys, eve
     slot = jnp.minimum(jnp.where(index >= n_slots, index - n_slots, index), n_slots - 1)
     delta = jnp.where(index >= n_slots, size[slot], -size[slot])
     return link, time_ps, jnp.where(link < params.static.n_ports, delta, 0)
-
-
-def _compact(keys: _EventKeys, capacity: int):
-    """The event keys and indices packed into ``capacity`` places (stream compaction with
-    a cumsum; the rest ``none``), and () bool whether they did not all fit."""
-    position = jnp.cumsum(keys.is_event, dtype=jnp.int32) - 1
-    target = jnp.where(keys.is_event, position, capacity)
-    packed = jnp.full(capacity, keys.none, jnp.int64).at[target].set(keys.key, mode="drop")
-    index = jnp.zeros(capacity, jnp.int32).at[target].set(jnp.arange(keys.key.shape[0], dtype=jnp.int32), mode="drop")
-    return packed, index, jnp.sum(keys.is_event, dtype=jnp.int32) > capacity
 
 
 def _latch(params: Params, state: State, link, delta, held_start):
@@ -189,12 +180,12 @@ def pfc(params: Params, state: State, window_end_ps) -> State:
         events = _sorted_events(params, window_end_ps, traffic, keys, jnp.where(go, keys.key, keys.none), every_index)
         return _decisions(params, state, window_end_ps, traffic, events)
 
-    capacity = max(1, min(keys.key.shape[0], PFC_EVENTS_PER_LINK * params.static.n_ports))
     if keys.key.shape[0] <= PFC_COMPACT_ABOVE:
         decided, states, pauses, n_changes = full_sort(True, None)
     else:
-        compact, compact_index, overflow = _compact(keys, capacity)
-        events = _sorted_events(params, window_end_ps, traffic, keys, compact, compact_index)
+        capacity = max(1, min(keys.key.shape[0], PFC_EVENTS_PER_LINK * params.static.n_ports))
+        (packed, packed_index), overflow = compact(keys.is_event, capacity, (keys.key, keys.none), (every_index, 0))
+        events = _sorted_events(params, window_end_ps, traffic, keys, packed, packed_index)
         decisions = _decisions(params, state, window_end_ps, traffic, events)
         decided, states, pauses, n_changes = at_most_once(overflow, full_sort, decisions)
     # A frozen partition's links (hybrid mode) keep their history as it was: it moves with their thaw.

@@ -292,11 +292,17 @@ def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_by
     return marking.record_telemetry(params, on_wire, at_switch, dep.slot, head_packet.hop, dep.start, tx_bytes, int_qlen)
 
 
+def host_creates(params: Params, dep: Departures):
+    """(H,) bool each host's NIC port puts a new data packet on the wire this round."""
+    nic_port = params.nics.nic_port
+    return dep.creates[nic_port] & (params.ports.port_host[nic_port] == jnp.arange(params.static.n_hosts))
+
+
 def nic_emit(params: Params, state: State, offer: nic.NicOffer, dep: Departures) -> State:
     """Each host (H,) whose NIC port started a new data packet creates it from its offer
     for the chosen class."""
     nic_port = params.nics.nic_port
-    creates = dep.creates[nic_port] & (params.ports.port_host[nic_port] == jnp.arange(params.static.n_hosts))
+    creates = host_creates(params, dep)
     host_offer = nic.of_class(offer, dep.data_class[nic_port])
     return nic.emit(
         params, state, host_offer, creates, dep.start[nic_port], dep.ser_ps[nic_port], dep.arrival_ps[nic_port], dep.scheduled_ps[nic_port],
@@ -337,9 +343,7 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     state = nic_emit(params, state, offer, dep)
     # The queue a port served moves its pointer; a host that created a packet took its next free slot.
     served = jnp.where(dep.sends & ~dep.creates, chosen_queue, head.shape[0])
-    nic_port = params.nics.nic_port
-    created = dep.creates[nic_port] & (params.ports.port_host[nic_port] == jnp.arange(params.static.n_hosts))
-    return Serving(state, head.at[served].add(1, mode="drop"), used + created, jnp.any(dep.sends))
+    return Serving(state, head.at[served].add(1, mode="drop"), used + host_creates(params, dep), jnp.any(dep.sends))
 
 
 def transmit(params: Params, state: State, window_end_ps) -> State:
