@@ -69,7 +69,8 @@ import sys
 import time
 from pathlib import Path
 
-COST_COLUMNS = ("switch_ports", "switches", "cables", "max_radix")
+from multiverse_jax.topology.cost import COST_COLUMNS, topology_cost  # noqa: F401 (topology_cost: also for tests)
+
 DEFAULT_OUT = Path("outputs/topology_search")  # outputs/ is git-ignored
 # --quick: 16 hosts, 100 KB flows, three 2-tier variants (leaf-spine and rail) whose
 # bucketed shapes are the same, so one compiled program runs them all: about 8 s on a
@@ -147,22 +148,6 @@ def rail_variants(n_hosts: int, args) -> list[Variant]:
 
 
 GENERATORS = (fattree_variants, leafspine_variants, rail_variants)
-
-
-def topology_cost(topology) -> dict:
-    """Cost columns of a ``multiverse_jax.topology.graph.Topology``."""
-    import numpy as np
-
-    n_hosts = topology.n_hosts
-    src = np.asarray(topology.link_src)
-    degree = np.bincount(src, minlength=topology.n_nodes)  # directed links out of a node = its ports
-    switch_degree = degree[n_hosts:]
-    return {
-        "switches": int(topology.n_nodes - n_hosts),
-        "switch_ports": int(switch_degree.sum()),
-        "cables": int(topology.n_links // 2),
-        "max_radix": int(switch_degree.max(initial=0)),
-    }
 
 
 def workload_config(args) -> dict:

@@ -15,6 +15,7 @@ from multiverse_jax.components.experiment import ERROR_BUFFER_OVERFLOW, ERROR_ME
 from multiverse_jax.components.static import Static
 from multiverse_jax.report.timeline import iteration_split, task_columns
 from multiverse_jax.timeseries import SampleCollector
+from multiverse_jax.topology.cost import topology_cost
 from multiverse_jax.units import NEVER, NOT_YET_PS, PS_PER_US, ps_or_not_yet, us_from_ps
 
 
@@ -168,6 +169,7 @@ def _summary(experiment: Experiment, columns: dict, host: dict, e: int) -> dict:
         "restore_drained_packets": int(host["restore_drained"][e]),  # taken off queues (delivered) at re-entry
         "flow_level_share": float(np.sum(columns["flow_level_us"]) / max(np.nansum(fct), 1e-9)) if finished.size else 0.0,
         **overflow_summary(overflows),
+        **topology_cost(experiment.topology),  # switches, switch_ports, cables, max_radix
     }
 
 
@@ -238,6 +240,7 @@ def simulate(
     static: Static | None = None,
     on_progress: Callable[[State], None] | None = None,
     devices: int | str | None = None,
+    batch_size: int | None = None,
 ) -> list[Result]:
     """Simulate ``experiments`` (a list of Experiment) as one batched program.
 
@@ -250,12 +253,17 @@ def simulate(
     so it never steps (it costs memory, not time), and its results are discarded: the
     returned list has one Result per given experiment, in order, as without padding.
     ``on_progress`` sees the padded batch.
+
+    ``batch_size``: pad the batch the same way to at least this many experiments, so that
+    batches of different sizes share one compiled program (a search's asks, whose valid
+    points vary in number).
     """
     experiments = list(experiments)
     n_real = len(experiments)
     mesh_devices = engine.resolve_devices(devices)  # fails early on a bad count
     n_devices = 1 if mesh_devices is None else len(mesh_devices)
-    padding = -n_real % n_devices
+    target = max(n_real, batch_size or 0)
+    padding = target - n_real + (-target % n_devices)
     if padding and experiments:
         experiments += [experiments[-1]] * padding
     batch = build_batch(experiments, slots_per_host=slots_per_host, static=static, n_samples=steps_per_call)

@@ -19,6 +19,9 @@ class BatchedLauncherConf:
     # memory (estimated from the size of one point's state).
     max_batch_size: Optional[int] = None
     memory_fraction: float = 0.5
+    # Pad every batched program to at least this many points (copies that cost no steps), so
+    # launches of different sizes share one compiled program; a search sets it to its n_jobs.
+    min_batch_size: Optional[int] = None
     # Skip points whose results are already in the sweep directory's results.parquet.
     resume: bool = True
     # Ray: null runs groups in this process; an address ("auto", "ray://host:10001",

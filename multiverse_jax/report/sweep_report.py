@@ -30,6 +30,11 @@ in ``--out`` (default ``SWEEP_DIR/report/``):
 
 With no swept parameter (a single design point) the first and the last are skipped.
 
+For a search (``hydra/sweeper=optuna``: ``SWEEP_DIR/search.json`` names its objectives),
+the default metric is the first objective; ``optimization_history.png`` and, for two
+objectives, ``pareto_front.png`` are added and the front is printed
+(``report/search_report.py``).
+
 Exit codes: 0 success; 2 bad input (a missing directory or file, an unreadable file, an
 unknown metric), reported in one line on stderr without a traceback.
 """
@@ -53,7 +58,9 @@ from rich.table import Table
 from multiverse_jax.errors import InputError
 from multiverse_jax.report.figure import new_figure, save
 from multiverse_jax.report.plot import positive_int, read_checked
+from multiverse_jax.report.search_report import front_rows, write_search_plots
 from multiverse_jax.sweep.results import BOOKKEEPING, METRICS, TABLE_FILE
+from multiverse_jax.sweep.search import read_search_file
 
 PROG = "multiverse-jax-report"
 EXIT_BAD_INPUT = 2
@@ -146,8 +153,12 @@ def _hashable(value):
 
 
 def swept_parameters(table: pa.Table) -> list[str]:
-    """The config columns with more than one distinct value over all points (null counts as a value)."""
-    return [c for c in config_columns(table) if len({_hashable(v) for v in table.column(c).to_pylist()}) > 1]
+    """The config columns with more than one distinct value over the points that have a config
+    (null counts as a value; a point invalid before its config resolved has none)."""
+    columns = config_columns(table)
+    rows = table.select(columns).to_pylist()
+    rows = [row for row in rows if any(v is not None for v in row.values())]
+    return [c for c in columns if len({_hashable(row[c]) for row in rows}) > 1]
 
 
 def _as_float(value) -> float:
@@ -499,6 +510,9 @@ def write_plots(sweep_dir, table: pa.Table, metric: str, out_dir) -> tuple[dict[
             files["fct_cdf"] = cdf
         if params and has_metric:
             files["parallel_coordinates"] = plot_parallel_coordinates(table, metric, params, out_dir / PARALLEL_FILE)
+        search = read_search_file(sweep_dir)
+        if search is not None:
+            files.update(write_search_plots(table, search, out_dir))
     except OSError as exc:
         raise InputError(f"cannot write into {out_dir}: {exc.strerror or exc}") from None
     return files, notes
@@ -596,6 +610,15 @@ def best_table(rows: list[dict], metric: str, swept: list[str] | None = None) ->
     return table
 
 
+def print_front(console: Console, rows: list[dict], search: dict) -> None:
+    """The Pareto front of a multi-objective search, one line per point."""
+    objectives = search["objectives"]
+    console.print(f"Pareto front of {' and '.join(objectives)}: {len(rows)} point(s)", highlight=False)
+    for row in rows:
+        values = ", ".join(f"{name} = {_number(row[name])}" for name in objectives)
+        console.print(f"  job {row['job_num']}: {escape(_point_label(row))}: {values}", highlight=False, soft_wrap=True)
+
+
 def status_counts(table: pa.Table) -> dict[str, int]:
     """Number of points per status: ``STATUSES`` first (those present), then any other, by name."""
     counts = {str(c["values"]): c["counts"] for c in pc.value_counts(table["status"]).to_pylist()}
@@ -614,7 +637,8 @@ def main(argv=None) -> int:
         if args.where:
             table = select(table, args.where)
             console.print(f"{table.num_rows} point(s) where {' and '.join(args.where)}", highlight=False)
-        metric = args.metric if args.metric is not None else default_metric(table)
+        search = read_search_file(sweep_dir)  # a search sweep: rank by its first objective
+        metric = args.metric or (search["objectives"][0] if search else default_metric(table))
         best = best_points(table, metric, args.top)  # checks the metric
 
         # The best points, then one line of the best one in full (the table may fold it).
@@ -628,6 +652,9 @@ def main(argv=None) -> int:
             )
         else:
             console.print(f"no ok point has a finite {metric}", highlight=False)
+
+        if search is not None and len(search["objectives"]) >= 2:
+            print_front(console, front_rows(table, search), search)
 
         # How many points per status, then the ones that are not ok and why.
         counts = status_counts(table)

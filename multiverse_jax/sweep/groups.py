@@ -128,7 +128,9 @@ def chunks(members: Sequence[int], size: int) -> list[list[int]]:
     return out
 
 
-def run_chunk(experiments: Sequence[Experiment], static: Static, options: dict, on_progress=None) -> list:
+def run_chunk(
+    experiments: Sequence[Experiment], static: Static, options: dict, on_progress=None, batch_size: int | None = None
+) -> list:
     """Simulate one chunk; returns one Result or Exception per experiment.
 
     An exception for the batch as a whole (which validation should have prevented) is
@@ -137,7 +139,7 @@ def run_chunk(experiments: Sequence[Experiment], static: Static, options: dict, 
     from multiverse_jax.simulate import simulate
 
     try:
-        return simulate(list(experiments), static=static, on_progress=on_progress, **options)
+        return simulate(list(experiments), static=static, on_progress=on_progress, batch_size=batch_size, **options)
     except Exception:  # noqa: BLE001 -- isolate the culprit below
         if len(experiments) == 1:
             raise
@@ -155,6 +157,7 @@ def simulate_many(
     options: dict | Sequence[dict] | None = None,
     *,
     max_batch_size: int | None = None,
+    min_batch_size: int | None = None,
     memory_fraction: float = 0.5,
     ray_address: str | None = None,
     ray_options: dict | None = None,
@@ -170,6 +173,9 @@ def simulate_many(
     of padding copies excluded); ``on_progress(state)`` after every compiled call (local
     runs only). ``ray_address``: run one Ray task per chunk on that cluster (see
     ``ray_backend.py``) instead of in this process.
+    ``min_batch_size``: every chunk is padded to at least this many experiments (copies
+    that start done and cost no steps; at most the group's chunk size), so calls with
+    different numbers of points reuse one compiled program.
     """
     experiments = list(experiments)
     if options is None or isinstance(options, dict):
@@ -191,14 +197,15 @@ def simulate_many(
         if on_group_done is not None:
             on_group_done(group, indices, kept)
 
-    work = []  # (group, chunk)
+    work = []  # (group, chunk, batch size: the chunk padded to at least min_batch_size, at most the size that fits)
     for group in groups:
         size = chunk_size(group, experiments, max_batch_size=max_batch_size, memory_fraction=memory_fraction)
-        work += [(group, chunk) for chunk in chunks(group.members, size)]
+        padded = min(min_batch_size or 0, size)
+        work += [(group, chunk, max(len(chunk), padded)) for chunk in chunks(group.members, size)]
     if ray_address is None:
-        for group, chunk in work:
+        for group, chunk, batch_size in work:
             try:
-                results = run_chunk([experiments[i] for i in chunk], group.static, group.options, on_progress)
+                results = run_chunk([experiments[i] for i in chunk], group.static, group.options, on_progress, batch_size)
             except Exception as exc:  # noqa: BLE001 -- a one-point chunk that raised
                 results = exc
             finished(group, chunk, results)
@@ -206,7 +213,10 @@ def simulate_many(
 
     from multiverse_jax.sweep.ray_backend import run_groups_on_ray
 
-    jobs = [([experiments[i] for i in chunk], dict(group.options, static=group.static)) for group, chunk in work]
+    jobs = [
+        ([experiments[i] for i in chunk], dict(group.options, static=group.static, batch_size=batch_size))
+        for group, chunk, batch_size in work
+    ]
     run_groups_on_ray(
         jobs, ray_address, on_done=lambda j, results: finished(work[j][0], work[j][1], results), **(ray_options or {})
     )

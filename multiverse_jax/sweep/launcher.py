@@ -37,7 +37,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from multiverse_jax.errors import InputError
 from multiverse_jax.sweep.compose import PointComposer
-from multiverse_jax.sweep.results import ResultsTable, point_key
+from multiverse_jax.sweep.results import METRICS, ResultsTable, point_key
 from multiverse_jax.units import PS_PER_US
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class Point:
     summary: dict | None = None
     result: object = None
     resumed: bool = False
-    extra: dict = dataclasses.field(default_factory=dict)  # oom: memory usage
+    extra: dict = dataclasses.field(default_factory=dict)  # oom: memory usage; resumed: the job dir of its outputs
 
 
 def _reason(exc: BaseException) -> str:
@@ -103,6 +103,8 @@ def _prepare(point: Point, composer, table: ResultsTable, resume: bool, sweep_di
     row = table.finished(point.key) if resume else None
     if row is not None:
         point.status, point.reason, point.resumed = row["status"], row["reason"] or "", True
+        point.summary = {name: row.get(name) for name in METRICS}  # what a search reads as its objectives
+        point.extra = {"same_point_as": row["job_dir"]}  # where its outputs are
         return
     try:
         point.experiment = experiment_from_config(typed)
@@ -134,8 +136,10 @@ def _finish(point: Point, launcher, sweep_dir: Path, table: ResultsTable, group:
         from hydra.core.hydra_config import HydraConfig
 
         out = Path(HydraConfig.get().runtime.output_dir)
-        if point.resumed:  # its outputs are already there
-            return {"status": point.status, "error": point.reason, "resumed": True}
+        if point.resumed:  # its outputs are already there; its metrics are the table's
+            if not (out / "summary.json").is_file():  # a point a search asked for again, under a new job number
+                write_status_summary(out, point.status, point.reason, **point.extra)
+            return {"status": point.status, "error": point.reason, "resumed": True, "metrics": point.summary}
         if point.result is not None:
             plots = bool(point.config["output"]["plots"])
             write_outputs(point.result, out, point.experiment, plots=plots, config=point.config)
@@ -281,6 +285,7 @@ def launch(launcher, job_overrides, initial_job_idx: int):
                 [p.experiment for p in pending],
                 [p.options for p in pending],
                 max_batch_size=options.get("max_batch_size"),
+                min_batch_size=options.get("min_batch_size"),
                 memory_fraction=float(options.get("memory_fraction", 0.5)),
                 ray_address=options.get("ray_address"),
                 ray_options=ray_options,

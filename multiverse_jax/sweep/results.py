@@ -34,6 +34,7 @@ METRICS = (
     "simulated_time_us", "n_flows", "flows_finished", "skip_share", "iteration_time_us", "compute_us",
     "exposed_comm_us", "bubble_us", "overflow_ports", "overflow_events", "max_excess_bytes", "over_buffer_us",
     "wall_s", "n_windows", "n_packet_hops", "packet_hops_skipped", "steady_entries",
+    "switch_ports", "switches", "cables", "max_radix",  # topology/cost.py: what the fabric costs
 )
 FINISHED = ("ok", "failed", "oom", "invalid")  # statuses a resumed sweep does not redo
 
