@@ -243,9 +243,9 @@ def test_rail_structure_and_hops():
     assert topo.n_nodes == servers * gpus + gpus * leaves_per_rail + spines
     assert topo.n_links == 2 * (servers * gpus + gpus * leaves_per_rail * spines)
     for s, g in itertools.product(range(servers), range(gpus)):
-        assert neighbours(topo, f"h{s * gpus + g}") == {f"leaf{g * leaves_per_rail + s // per_leaf}"}
+        assert neighbours(topo, f"h{s * gpus + g}") == {f"rail{g}.leaf{s // per_leaf}"}
     for sp in range(spines):
-        assert neighbours(topo, f"spine{sp}") == {f"leaf{l}" for l in range(gpus * leaves_per_rail)}
+        assert neighbours(topo, f"spine{sp}") == {f"rail{g}.leaf{j}" for g in range(gpus) for j in range(leaves_per_rail)}
     table = ecmp_table(topo)
 
     def hops(s1, g1, s2, g2):
@@ -256,7 +256,7 @@ def test_rail_structure_and_hops():
         assert hops(1, g, 2, g) == 4  # same rail, other leaf group
     assert hops(0, 0, 0, 1) == 4  # same server, other rail: through the spine
     assert hops(0, 0, 1, 3) == 4
-    assert table.n_next[topo.node_index("leaf0"), 1 * gpus + 1] == spines
+    assert table.n_next[topo.node_index("rail0.leaf0"), 1 * gpus + 1] == spines
 
 
 def test_rail_matches_reference_bfs():

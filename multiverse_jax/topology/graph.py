@@ -1,9 +1,12 @@
 """The host-side description of a network: nodes and directed links (NumPy, built once).
 
-Node numbering: hosts first (node h < n_hosts is host h, named ``h{h}``), then switches.
-Every physical cable becomes two directed links, 2u (a -> b) and 2u + 1 (b -> a); a
-directed link is also the egress port of its source node that feeds it, so "port p" and
-"link p" are the same index throughout the simulator.
+Node numbering: hosts first (node h < n_hosts is host h), then switches. Every node has
+a name by its role, which outputs show instead of its index: the generated topologies
+name hosts ``h{h}`` and switches by tier (``tor1``, ``agg2``, ``core0``; ``leaf0``,
+``spine1``; ``rail2.leaf0``), a custom file its own names. Every physical cable becomes
+two directed links, 2u (a -> b) and 2u + 1 (b -> a); a directed link is also the egress
+port of its source node that feeds it, so "port p" and "link p" are the same index
+throughout the simulator, named ``src->dst`` by its nodes (``tor1->agg2``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,11 @@ class Topology:
             cache = {n: i for i, n in enumerate(self.node_names)}
             object.__setattr__(self, "_names", cache)
         return cache
+
+    def port_names(self) -> np.ndarray:
+        """(L,) str each egress port (directed link) by its nodes' names, ``src->dst``."""
+        names = np.asarray(self.node_names, dtype=object)
+        return names[self.link_src] + "->" + names[self.link_dst]
 
     def host_port(self) -> np.ndarray:
         """(n_hosts,) int32: the NIC egress port (directed link) of each host."""

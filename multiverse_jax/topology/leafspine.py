@@ -47,22 +47,25 @@ def leafspine(
     return two_tier(
         f"leafspine(leaves={leaves}, hosts_per_leaf={hosts_per_leaf}, spines={n_spines})",
         [h // hosts_per_leaf for h in range(leaves * hosts_per_leaf)],
-        leaves,
+        [f"leaf{l}" for l in range(leaves)],
         n_spines,
         rate,
         delay,
     )
 
 
-def two_tier(name: str, host_leaf: list[int], n_leaves: int, n_spines: int, rate: float, delay: float) -> Topology:
-    """Hosts ``h{i}`` on leaf ``host_leaf[i]``, every leaf linked to every spine.
+def two_tier(
+    name: str, host_leaf: list[int], leaf_names: list[str], n_spines: int, rate: float, delay: float
+) -> Topology:
+    """Hosts ``h{i}`` on leaf ``host_leaf[i]`` (named ``leaf_names[host_leaf[i]]``), every
+    leaf linked to every spine.
 
-    Nodes: hosts, then ``leaf{l}``, then ``spine{s}``; cables: host-leaf (host order),
+    Nodes: hosts, then the leaves, then ``spine{s}``; cables: host-leaf (host order),
     then leaf-spine (leaf order, then spine). Shared by leaf-spine and rail fabrics.
     """
-    n_hosts = len(host_leaf)
+    n_hosts, n_leaves = len(host_leaf), len(leaf_names)
     leaf0, spine0 = n_hosts, n_hosts + n_leaves
-    names = [f"h{i}" for i in range(n_hosts)] + [f"leaf{l}" for l in range(n_leaves)] + [f"spine{s}" for s in range(n_spines)]
+    names = [f"h{i}" for i in range(n_hosts)] + list(leaf_names) + [f"spine{s}" for s in range(n_spines)]
     cables = [(h, leaf0 + leaf, rate, delay) for h, leaf in enumerate(host_leaf)]
     cables += [(leaf0 + l, spine0 + s, rate, delay) for l in range(n_leaves) for s in range(n_spines)]
     return from_cables(name, names, n_hosts, cables)

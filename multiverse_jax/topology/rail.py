@@ -2,8 +2,9 @@
 
 Each server has ``gpus_per_server`` GPUs, each with its own NIC; the NIC of GPU g of
 server s is host ``h{s * gpus_per_server + g}``. Rail r is GPU r of every server. Each
-rail has its own leaf switches: rail r, leaf j is ``leaf{r * n_leaf_per_rail + j}`` and
-serves GPU r of servers ``j * servers_per_leaf .. (j + 1) * servers_per_leaf - 1`` (so
+rail has its own leaf switches: rail r, leaf j is ``rail{r}.leaf{j}`` (node
+``n_hosts + r * n_leaf_per_rail + j``) and serves GPU r of servers
+``j * servers_per_leaf .. (j + 1) * servers_per_leaf - 1`` (so
 ``n_leaf_per_rail = servers / servers_per_leaf``). ``spines`` spine switches
 ``spine{s}`` each link to every leaf of every rail.
 
@@ -51,7 +52,7 @@ def rail(
     return two_tier(
         f"rail(servers={servers}, gpus_per_server={gpus}, servers_per_leaf={per_leaf}, spines={spines})",
         host_leaf,
-        gpus * leaves_per_rail,
+        [f"rail{r}.leaf{j}" for r in range(gpus) for j in range(leaves_per_rail)],
         spines,
         rate,
         delay,
