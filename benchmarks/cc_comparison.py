@@ -365,7 +365,7 @@ def plot_incast(results, labels, topo, bottleneck: int, path: Path, title: str) 
             o = np.argsort(t, kind="stable")
             t, rate = t[o], rate[o]
             rate[t > finish[int(fid)]] = np.nan  # stop the line when the flow is done
-            ax_rate.plot(t, rate, lw=0.9, label=f"h{int(r.flows['src'][r.flows['id'] == fid][0])}")
+            ax_rate.plot(t, rate, lw=0.9, label=str(r.flows["src_name"][r.flows["id"] == fid][0]))
             rate_max = max(rate_max, float(np.nanmax(rate, initial=0.0)))
         # delivered throughput, mean over flows: what a window-based CC (DCTCP) actually sends
         times = np.unique(fs["time_us"])
@@ -386,7 +386,7 @@ def plot_incast(results, labels, topo, bottleneck: int, path: Path, title: str) 
         ax_rate.set_title(f"{cc}: sending rate (CC state) per flow; job {s['job_time_us']:.0f} µs{note}", fontsize="small")
         ax_queue.set_ylabel("queue (KB)")
         ax_queue.set_title(
-            f"{cc}: queue of port {int(topo.link_src[bottleneck])}->0 (into h0); peak {r.port_max_queue_bytes[bottleneck] / KB:.0f} KB",
+            f"{cc}: queue of port {topo.port_names()[bottleneck]}; peak {r.port_max_queue_bytes[bottleneck] / KB:.0f} KB",
             fontsize="small",
         )
         for ax in (ax_rate, ax_queue):

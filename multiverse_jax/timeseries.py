@@ -4,8 +4,15 @@
 the samples taken since the last call and, at the end, gives each experiment its series
 as two long-format tables (one row per sample and flow, one per sample and port).
 
-Memory: the host keeps every sample of every flow and port, (flows + ports) x 8 bytes x 4
-columns per sample, which for a training iteration with thousands of flows over many
+What a flow sent: ``tx_bytes`` is the payload its sender's NIC has put on the wire so far
+(sampled, like ``rx_bytes``, inside the step); ``tx_gbps`` is what it sent since the
+previous sample (from time 0 for the first) over the time between them, so a flow
+sends at 0 before it starts and after its last packet, and the sum of ``tx_gbps`` times
+the sample spans is its ``tx_bytes`` (its size, once it has sent everything).
+``rate_gbps`` is congestion control's configured rate (the line rate under ``cc=none``).
+
+Memory: the host keeps every sample of every flow and port, (5 x flows + ports) x 8 bytes
+per sample, which for a training iteration with thousands of flows over many
 milliseconds would grow without bound. So each experiment has a budget
 (``max_bytes_per_experiment``, default 256 MiB): when its samples exceed it, every other
 sample is dropped and from then on only every 2nd (then 4th, 8th, ...) sample is kept --
@@ -20,6 +27,8 @@ import jax
 import numpy as np
 
 from multiverse_jax.components.experiment import State
+from multiverse_jax.ops.packets import PS_BITS_PER_BYTE
+from multiverse_jax.topology.graph import Topology
 from multiverse_jax.units import BPS_PER_GBPS, PS_PER_US
 
 
@@ -62,6 +71,7 @@ class SampleCollector:
                 smp.sample_time_ps[e, at],
                 smp.sample_flow_rate_bps[e, at],
                 smp.sample_flow_window_bytes[e, at],
+                smp.sample_flow_tx_bytes[e, at],
                 smp.sample_flow_rx_bytes[e, at],
                 smp.sample_port_queue_bytes[e, at],
                 smp.sample_flow_steady[e, at],
@@ -72,21 +82,23 @@ class SampleCollector:
             while self.nbytes[e] > self.max_bytes and sum(len(c[0]) for c in self.chunks[e]) > 1:
                 self._thin(e)
 
-    def series(self, e: int, flow_ids: np.ndarray, link_src: np.ndarray, link_dst: np.ndarray):
+    def series(self, e: int, flow_ids: np.ndarray, topology: Topology):
         """(flow table, port table) of experiment ``e``: dicts of equal-length columns."""
-        n_flows, n_ports = len(flow_ids), len(link_src)
+        n_flows, n_ports = len(flow_ids), topology.n_links
         if not self.chunks[e]:
             time_ps = np.zeros(0, np.int64)
             rate = window = np.zeros((0, n_flows))
-            rx = np.zeros((0, n_flows), np.int64)
+            tx = rx = np.zeros((0, n_flows), np.int64)
             queue = np.zeros((0, n_ports), np.int64)
             steady = np.zeros((0, n_flows), bool)
         else:
-            _, time_ps, rate, window, rx, queue, steady = (np.concatenate(parts) for parts in zip(*self.chunks[e]))
-            rate, window, rx, queue = rate[:, :n_flows], window[:, :n_flows], rx[:, :n_flows], queue[:, :n_ports]
-            steady = steady[:, :n_flows]
+            _, time_ps, rate, window, tx, rx, queue, steady = (np.concatenate(parts) for parts in zip(*self.chunks[e]))
+            rate, window, tx, rx = rate[:, :n_flows], window[:, :n_flows], tx[:, :n_flows], rx[:, :n_flows]
+            queue, steady = queue[:, :n_ports], steady[:, :n_flows]
         n_samples = time_ps.shape[0]
         time_us = time_ps / PS_PER_US
+        sent_bytes = np.diff(tx, axis=0, prepend=0)  # (T, F) since the previous sample
+        span_ps = np.diff(time_ps, prepend=0)[:, None]  # (T, 1) > 0: sample times strictly increase
         flows = {
             "time_us": np.repeat(time_us, n_flows),
             "flow_id": np.tile(flow_ids, n_samples),
@@ -94,12 +106,15 @@ class SampleCollector:
             "window_bytes": window.reshape(-1),
             "rx_bytes": rx.reshape(-1),
             "steady": steady.reshape(-1),
+            "tx_bytes": tx.reshape(-1),
+            "tx_gbps": (sent_bytes * PS_BITS_PER_BYTE / span_ps).reshape(-1) / BPS_PER_GBPS,
         }
         ports = {
             "time_us": np.repeat(time_us, n_ports),
             "port": np.tile(np.arange(n_ports), n_samples),
-            "src_node": np.tile(link_src, n_samples),
-            "dst_node": np.tile(link_dst, n_samples),
+            "src_node": np.tile(topology.link_src, n_samples),
+            "dst_node": np.tile(topology.link_dst, n_samples),
             "queue_bytes": queue.reshape(-1),
+            "port_name": np.tile(topology.port_names(), n_samples),  # objects: one str per port, shared
         }
         return flows, ports

@@ -16,6 +16,7 @@ from multiverse_jax.errors import InputError
 
 FCT_HEADER = ["id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us"]
 FCT_HEADER += ["start_ps", "finish_ps", "rx_finish_ps", "fct_ps"]  # the same times, exact, in integer ps
+FCT_HEADER += ["src_name", "dst_name"]  # the hosts by name
 SMALL = "workload.flow_bytes=20000"
 
 # Flow 7 starts at 0; 8 starts when 7 completes at its sender; 9 when 8 does.

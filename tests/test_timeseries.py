@@ -8,6 +8,7 @@ for its default k=4 job: the CLI test then reuses the same compiled program. Onl
 ring-draining test (8 windows per call) compiles a second one.
 """
 
+import csv
 import dataclasses
 import subprocess
 import sys
@@ -24,7 +25,13 @@ from multiverse_jax.cli import run
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.errors import InputError
 from multiverse_jax.report import plot
-from multiverse_jax.report.outputs import FLOW_SERIES_COLUMNS, PORT_SERIES_COLUMNS, plot_timeseries, write_outputs
+from multiverse_jax.report.outputs import (
+    FLOW_SERIES_COLUMNS,
+    PORT_SERIES_COLUMNS,
+    plot_timeseries,
+    timeseries_figure,
+    write_outputs,
+)
 from multiverse_jax.simulate import simulate
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
@@ -200,6 +207,25 @@ def test_rates(runs):
     assert dcqcn.min() < 0.9 * RATE_BPS / 1e9  # the incast made DCQCN cut its rate
 
 
+def test_sent_rate_is_what_each_flow_sent(runs):
+    """Under cc=none ``rate_gbps`` is the line rate throughout (test_rates); ``tx_gbps`` is
+    what the flow put on the wire in each sample interval: nothing before it starts or after
+    its last packet, and its integral over the sample spans is ``tx_bytes``, which ends at
+    the flow's size and is never below what was delivered."""
+    for e in (1, 4):  # BUSY, GAPPED (flow 1 starts at 33.3 µs)
+        exp, result = EXPERIMENTS[e], runs[e]
+        ids = exp.flows.flow_id.tolist()
+        start, finish = dict(zip(ids, result.flows["start_ps"])), dict(zip(ids, result.flows["finish_ps"]))
+        size = dict(zip(ids, exp.flows.size_bytes.tolist()))
+        tx_bytes, rx_bytes = per_flow(result, "tx_bytes"), per_flow(result, "rx_bytes")
+        for flow_id, (t, gbps) in per_flow(result, "tx_gbps").items():
+            sent_bytes = gbps * np.diff(t, prepend=0) / 8e3  # Gb/s x ps -> bytes
+            np.testing.assert_allclose(np.cumsum(sent_bytes), tx_bytes[flow_id][1], rtol=1e-12)
+            assert tx_bytes[flow_id][1][-1] == size[flow_id] and np.all(tx_bytes[flow_id][1] >= rx_bytes[flow_id][1])
+            assert np.all(gbps[(t <= start[flow_id]) | (t > finish[flow_id])] == 0)
+            assert gbps.max() > 0.9 * RATE_BPS / 1e9 * PAYLOAD / WIRE and (gbps == 0).any()
+
+
 @pytest.mark.parametrize("e", SAMPLED)
 def test_queue_within_port_maximum(runs, e):
     result = runs[e]
@@ -298,6 +324,37 @@ def test_outputs_only_with_series(runs, tmp_path):
     table = pq.read_table(files["timeseries_flows"])
     for name in FLOW_SERIES_COLUMNS:
         np.testing.assert_array_equal(table.column(name).to_numpy(), runs[3].flow_series[name])
+
+
+def test_outputs_name_hosts_and_ports(runs, tmp_path):
+    """flows.parquet, fct.csv and the port series name hosts and ports by role (``h0``,
+    ``tor4->h8``), each flow's path runs from its host to its host over linked nodes, and
+    the figure redrawn from the files labels its lines with these names."""
+    exp, result = EXPERIMENTS[1], runs[1]
+    write_outputs(result, tmp_path, exp, plots=False)
+    port_names = TOPO.port_names()
+    flows = pq.read_table(tmp_path / "flows.parquet").to_pydict()
+    hosts = [(f"h{s}", f"h{d}") for s, d in zip(exp.flows.src, exp.flows.dst)]
+    assert list(zip(flows["src_name"], flows["dst_name"])) == hosts
+    for path, (src, dst) in zip(flows["path"], hosts):  # BUSY: every flow crosses pods
+        hops = path.split("->")
+        assert (hops[0], hops[-1], len(hops)) == (src, dst, 7)
+        assert all(f"{a}->{b}" in port_names for a, b in zip(hops, hops[1:]))
+    with open(tmp_path / "fct.csv", newline="") as handle:
+        assert [(r["src_name"], r["dst_name"]) for r in csv.DictReader(handle)] == hosts
+
+    flow_series, port_series = plot.read_series(tmp_path)  # as multiverse-jax-plot reads them
+    np.testing.assert_array_equal(port_series["port_name"], port_names[port_series["port"]])
+    fig = timeseries_figure(flow_series, port_series, flow_names=plot.read_flow_labels(tmp_path))
+    flow_axes, port_axes = fig.axes
+    legend = [text.get_text() for text in flow_axes.get_legend().get_texts()]
+    assert legend == [f"flow {i}: {s}->{d}" for i, (s, d) in enumerate(hosts)]
+    t, sent = per_flow(result, "tx_gbps")[0]
+    np.testing.assert_array_equal(flow_axes.lines[0].get_ydata(), np.r_[sent[:1], sent])  # what flow 0 sent
+    peak = np.zeros(TOPO.n_links, np.int64)
+    np.maximum.at(peak, port_series["port"], port_series["queue_bytes"])
+    legend = [text.get_text() for text in port_axes.get_legend().get_texts()]
+    assert legend[0] == port_names[np.argmax(peak)] and set(legend) <= set(port_names)
 
 
 def test_plot_command_errors(tmp_path, capsys):

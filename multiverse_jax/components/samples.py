@@ -2,7 +2,7 @@
 
 Every ``sample_interval`` of simulated time the ``sample`` system records, at the end of
 the window that reaches the next sample time, each flow's congestion-control rate and
-window and delivered bytes, and each port's queue. The ring holds the last R samples
+window, its sent and delivered bytes, and each port's queue. The ring holds the last R samples
 (R = Static.n_samples); the host drains it after every compiled call (R is at least the
 windows per call, so nothing is overwritten before it is read).
 """
@@ -25,6 +25,7 @@ class SampleState:
     sample_time_ps: chex.Array  # (R,) int64 when each sample was taken (a window end)
     sample_flow_rate_bps: chex.Array  # (R, F) float64 congestion-control sending rate
     sample_flow_window_bytes: chex.Array  # (R, F) float64 congestion window (0 without one)
+    sample_flow_tx_bytes: chex.Array  # (R, F) int64 payload bytes put on the wire by the sender's NIC so far
     sample_flow_rx_bytes: chex.Array  # (R, F) int64 payload bytes delivered so far
     sample_port_queue_bytes: chex.Array  # (R, P) int64 bytes queued at each egress port
     sample_flow_steady: chex.Array  # (R, F) bool steady or frozen (sim.mode=hybrid; always False otherwise)
@@ -39,6 +40,7 @@ def initial_sample_state(exp: Experiment, s: Static) -> SampleState:
         sample_time_ps=np.zeros(s.n_samples, np.int64),
         sample_flow_rate_bps=np.zeros((s.n_samples, s.n_flows)),
         sample_flow_window_bytes=np.zeros((s.n_samples, s.n_flows)),
+        sample_flow_tx_bytes=np.zeros((s.n_samples, s.n_flows), np.int64),
         sample_flow_rx_bytes=np.zeros((s.n_samples, s.n_flows), np.int64),
         sample_port_queue_bytes=np.zeros((s.n_samples, s.n_ports), np.int64),
         sample_flow_steady=np.zeros((s.n_samples, s.n_flows), bool),

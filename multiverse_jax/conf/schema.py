@@ -570,6 +570,7 @@ class OutputConfig(Group):
     group_name = "output"
 
     plots: bool = True  # write fct_cdf.png (and timeseries.png, timeline.png)
+    flow_paths: bool = True  # flows.parquet: each flow's data path by node names (``path``; report/paths.py)
 
 
 @dataclass

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import numpy as np
 
 
 def mix32(x):
-    """A 32-bit integer hash (murmur3's finaliser): flow and node ids -> ECMP choice."""
-    x = x.astype(jnp.uint32)
+    """A 32-bit integer hash (murmur3's finaliser): flow and node ids -> ECMP choice.
+
+    ``x``: a JAX array (inside the step) or a NumPy array (on the host, the same bits:
+    ``report/paths.py`` routes flows with it); products wrap modulo 2^32 in both."""
+    x = x.astype(np.uint32)
     x = x ^ (x >> 16)
-    x = x * jnp.uint32(0x85EBCA6B)
+    x = x * np.uint32(0x85EBCA6B)
     x = x ^ (x >> 13)
-    x = x * jnp.uint32(0xC2B2AE35)
+    x = x * np.uint32(0xC2B2AE35)
     return x ^ (x >> 16)

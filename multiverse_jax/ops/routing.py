@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 from multiverse_jax.components.experiment import Params
 from multiverse_jax.ops.hashing import mix32
@@ -24,6 +25,13 @@ def route(params: Params, node, dst_host, flow, is_ack, hop, path_salt):
     pinned = jnp.where(hop < pinned_len, pinned, -1)
     n_next = jnp.maximum(nodes.route_n_next[node, dst_host], 1)
     salt = jnp.where(is_ack, jnp.uint32(ACK_SALT), jnp.uint32(0)) + mix32(path_salt)
-    choice = mix32(flows.flow_hash[flow] ^ mix32(node.astype(jnp.uint32) + salt)) % n_next.astype(jnp.uint32)
+    choice = ecmp_choice(flows.flow_hash[flow], node, salt, n_next)
     ecmp = nodes.route_next_port[node, dst_host, choice.astype(jnp.int32)]
     return jnp.where(pinned >= 0, pinned, ecmp)
+
+
+def ecmp_choice(flow_hash, node, salt, n_next):
+    """Which of the ``n_next`` (>= 1) equal-cost ports at ``node`` a packet of a flow with
+    ``flow_hash`` and path salt hash ``salt`` takes: JAX arrays in the step, NumPy arrays
+    on the host (``report/paths.py``), the same choice."""
+    return mix32(flow_hash ^ mix32(node.astype(np.uint32) + salt)) % n_next.astype(np.uint32)

@@ -7,19 +7,27 @@
   name and, if given, the resolved config under ``config``; times in µs (``job_time_us``,
   ``simulated_time_us``, ``iteration_time_us``) and, exact, in integer ps
   (``job_time_ps``, ``simulated_time_ps``, ``iteration_time_ps``; -1 where there is none);
-* ``flows.parquet``: every per-flow column of the result;
+* ``flows.parquet``: every per-flow column of the result (``src``, ``dst`` host indices
+  and ``src_name``, ``dst_name`` their names) and, when ``output.flow_paths`` (the
+  default), ``path``: the flow's data path by node names, ``h0->tor0->agg1->core2->agg3->tor5->h12``
+  (``report.paths``: exact, as the engine routes it; empty for a flow that is not pinned
+  under ``lb=spray`` or ``lb=flowlet``, whose packets take several paths);
 * ``fct.csv``: ``id,src,dst,size_bytes,start_us,finish_us,rx_finish_us,fct_us`` (times in
   µs; empty where a flow never started or finished), then the same four times as the
   simulator keeps them, in integer picoseconds: ``start_ps,finish_ps,rx_finish_ps,fct_ps``
-  (-1, ``units.NOT_YET_PS``, where a flow never started or finished);
+  (-1, ``units.NOT_YET_PS``, where a flow never started or finished), then the hosts by
+  name, ``src_name,dst_name``;
 * ``fct_cdf.png`` (when ``plots``): the empirical CDF of the flow completion times;
 * when the result has time series (``sim.sample_interval_us`` > 0):
   ``timeseries_flows.parquet`` (``time_us, flow_id, rate_gbps, window_bytes, rx_bytes,
-  steady``: one row per sample and flow; ``steady``: the flow was steady or advancing at
-  flow level, ``sim.mode=hybrid``), ``timeseries_ports.parquet`` (``time_us, port, src_node,
-  dst_node, queue_bytes``: one row per sample and egress port) and, when ``plots``,
-  ``timeseries.png`` (``plot_timeseries``; ``multiverse-jax-plot`` redraws it from the two
-  parquet files);
+  steady, tx_bytes, tx_gbps``: one row per sample and flow; ``rate_gbps``: congestion
+  control's rate, the line rate under ``cc=none``; ``tx_bytes``: payload the flow has put
+  on the wire so far, ``tx_gbps``: what it sent since the previous sample, see
+  ``timeseries``; ``steady``: the flow was steady or advancing at flow level,
+  ``sim.mode=hybrid``), ``timeseries_ports.parquet`` (``time_us, port, src_node, dst_node,
+  queue_bytes, port_name``: one row per sample and egress port; ``port_name`` the port by
+  its nodes' names, ``tor1->agg2``) and, when ``plots``, ``timeseries.png``
+  (``plot_timeseries``; ``multiverse-jax-plot`` redraws it from the two parquet files);
 * for a task workload: ``tasks.parquet`` (``timeline.task_columns``: one row per task, its
   times in µs and, exact, ``start_ps`` / ``finish_ps``) and, when ``plots``, ``timeline.png``.
 """
@@ -37,17 +45,19 @@ import pyarrow.parquet as pq
 from rich.table import Table
 
 from multiverse_jax.report.figure import new_figure, save
+from multiverse_jax.report.paths import flow_path_names
 from multiverse_jax.report.timeline import plot_gantt
 
 FCT_COLUMNS = (
     "id", "src", "dst", "size_bytes", "start_us", "finish_us", "rx_finish_us", "fct_us",
-    "start_ps", "finish_ps", "rx_finish_ps", "fct_ps",
+    "start_ps", "finish_ps", "rx_finish_ps", "fct_ps", "src_name", "dst_name",
 )  # fmt: skip
+FLOWS_FILE = "flows.parquet"
 FLOW_SERIES_FILE = "timeseries_flows.parquet"
 PORT_SERIES_FILE = "timeseries_ports.parquet"
 TIMESERIES_PLOT_FILE = "timeseries.png"
-FLOW_SERIES_COLUMNS = ("time_us", "flow_id", "rate_gbps", "window_bytes", "rx_bytes", "steady")
-PORT_SERIES_COLUMNS = ("time_us", "port", "src_node", "dst_node", "queue_bytes")
+FLOW_SERIES_COLUMNS = ("time_us", "flow_id", "rate_gbps", "window_bytes", "rx_bytes", "steady", "tx_bytes", "tx_gbps")
+PORT_SERIES_COLUMNS = ("time_us", "port", "src_node", "dst_node", "queue_bytes", "port_name")
 MAX_PLOTTED_FLOWS = 16  # more flows: plot an evenly spaced sample of this many, plus the mean
 
 
@@ -65,6 +75,8 @@ def _plain(value):
 
 
 def _csv_cell(value) -> str:
+    if isinstance(value, str):
+        return value
     if isinstance(value, (float, np.floating)):
         return "" if math.isnan(value) else repr(float(value))
     return str(int(value))
@@ -126,12 +138,15 @@ def _shown_flows(lines: dict, flows) -> tuple[list[int], bool]:
     return sorted(lines), False
 
 
-def _plot_rates(ax, flow_series, title: str, flows) -> None:
-    """Each shown flow's sending rate (Gb/s) over time, and the mean when flows are sampled."""
+def _plot_rates(ax, flow_series, title: str, flows, flow_names: dict | None) -> None:
+    """Each shown flow's sending rate (Gb/s) over time, and the mean when flows are sampled:
+    what it sent in each sample interval (``tx_gbps``), or, for series written without it,
+    its congestion-control rate. Flows are labelled by id and ``flow_names`` (id -> text)."""
     import matplotlib
 
     f_time = np.asarray(flow_series["time_us"], float)
-    rate = np.asarray(flow_series["rate_gbps"], float)
+    sent = "tx_gbps" in flow_series
+    rate = np.asarray(flow_series["tx_gbps" if sent else "rate_gbps"], float)
     flow_id = np.asarray(flow_series["flow_id"]).astype(np.int64)
     lines = _flow_lines(f_time, flow_id, rate)
     steady = np.asarray(flow_series.get("steady", np.zeros(len(rate), bool)), bool)
@@ -140,7 +155,12 @@ def _plot_rates(ax, flow_series, title: str, flows) -> None:
     palette = matplotlib.colormaps["tab20" if len(shown_ids) > 10 else "tab10"]
     for k, i in enumerate(shown_ids):
         t, v = lines[i]
-        ax.plot(t, v, lw=1.0, color=palette(k % palette.N), label=f"flow {i}")
+        name = (flow_names or {}).get(i)
+        label = f"flow {i}: {name}" if name else f"flow {i}"
+        if sent:  # what it sent over the interval that ends at each sample, the first from time 0
+            ax.step(np.r_[0.0, t], np.r_[v[:1], v], where="pre", lw=1.0, color=palette(k % palette.N), label=label)
+        else:
+            ax.plot(t, v, lw=1.0, color=palette(k % palette.N), label=label)
         # sim.mode=hybrid: a thick band from each steady sample to the next (the jump it took).
         held = steady_lines[i][1] > 0
         held = held | np.concatenate([[False], held[:-1]])
@@ -157,17 +177,19 @@ def _plot_rates(ax, flow_series, title: str, flows) -> None:
     sampled = f" ({len(shown_ids)} of {len(lines)} flows)" if show_mean else ""
     if steady.any():
         sampled += "; thick: steady, at flow level"
+    what = "sending rate (sent per sample interval)" if sent else "sending rate (congestion control's)"
     ax.set_ylabel("sending rate (Gb/s)")
-    ax.set_title(f"{title}: sending rate{sampled}" if title else f"sending rate{sampled}", fontsize="medium")
+    ax.set_title(f"{title}: {what}{sampled}" if title else f"{what}{sampled}", fontsize="medium")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
 
 
 def _plot_queues(ax, port_series, n_ports: int) -> None:
-    """Queue depth (KB) over time of the ``n_ports`` ports with the largest peak queue."""
+    """Queue depth (KB) over time of the ``n_ports`` ports with the largest peak queue,
+    labelled by ``port_name`` (``src_node->dst_node`` indices for series written without it)."""
     p_time = np.asarray(port_series["time_us"], float)
     port = np.asarray(port_series["port"]).astype(np.int64)
-    src, dst = np.asarray(port_series["src_node"]), np.asarray(port_series["dst_node"])
+    src, dst, names = port_series["src_node"], port_series["dst_node"], port_series.get("port_name")
     queue_kb = np.asarray(port_series["queue_bytes"], float) / 1000.0
     busiest = []
     if port.size:
@@ -181,9 +203,9 @@ def _plot_queues(ax, port_series, n_ports: int) -> None:
         t, q = p_time[mask], queue_kb[mask]
         o = np.argsort(t, kind="stable")
         first = np.flatnonzero(mask)[0]
-        ax.plot(t[o], q[o], lw=1.0, label=f"{int(src[first])}->{int(dst[first])}")
+        ax.plot(t[o], q[o], lw=1.0, label=str(names[first]) if names is not None else f"{src[first]}->{dst[first]}")
     if busiest:
-        ax.legend(fontsize="x-small", ncol=4, loc="upper left", title="port (src->dst node)", title_fontsize="x-small")
+        ax.legend(fontsize="x-small", ncol=4, loc="upper left", title="port (src->dst)", title_fontsize="x-small")
     else:
         message = "no queue built up" if port.size else "no samples"
         ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
@@ -204,37 +226,62 @@ def plot_timeseries(
     title: str = "",
     flows=None,
     n_ports: int = 8,
+    flow_names: dict | None = None,
 ) -> None:
     """Two stacked panels sharing the time axis, written to ``path`` (PNG).
 
-    Top: each flow's congestion-control sending rate (Gb/s) over time; with more than
+    Top: what each flow sent (Gb/s) in each sample interval; with more than
     ``MAX_PLOTTED_FLOWS`` flows an evenly spaced sample of that many, plus the mean over
     all flows. ``flows`` (flow ids) picks the flows instead; an id not in the series is a
-    ValueError. Bottom: queue depth (KB) of the ``n_ports`` egress ports with the largest
-    peak queue, labelled ``src->dst`` (node ids). ``flow_series`` and ``port_series`` are
-    mappings of equal-length columns (``FLOW_SERIES_COLUMNS``, ``PORT_SERIES_COLUMNS``).
+    ValueError. Flows are labelled ``flow 3: h0->h8`` by ``flow_names`` ({id: text}, e.g.
+    ``flow_labels``). Bottom: queue depth (KB) of the ``n_ports`` egress ports with the
+    largest peak queue, labelled by name (``tor1->agg2``). ``flow_series`` and
+    ``port_series`` are mappings of equal-length columns (``FLOW_SERIES_COLUMNS``,
+    ``PORT_SERIES_COLUMNS``).
     """
+    save(timeseries_figure(flow_series, port_series, title=title, flows=flows, n_ports=n_ports, flow_names=flow_names), path)
+
+
+def timeseries_figure(flow_series, port_series, *, title="", flows=None, n_ports=8, flow_names=None):
+    """The figure ``plot_timeseries`` writes: axes 0 the flows, axes 1 the ports."""
     fig = new_figure(8, 7)
     ax_rate, ax_queue = fig.subplots(2, 1, sharex=True)
-    _plot_rates(ax_rate, flow_series, title, flows)
+    _plot_rates(ax_rate, flow_series, title, flows, flow_names)
     _plot_queues(ax_queue, port_series, n_ports)
-    save(fig, path)
+    return fig
+
+
+def flow_labels(flows) -> dict[int, str]:
+    """{flow id: ``src->dst`` by host names} of a per-flow table (``id``, ``src_name``,
+    ``dst_name`` columns); empty if it has no names."""
+    if "src_name" not in flows or "dst_name" not in flows:
+        return {}
+    return {int(i): f"{s}->{d}" for i, s, d in zip(flows["id"], flows["src_name"], flows["dst_name"])}
+
+
+def wants_flow_paths(config: dict | None) -> bool:
+    """The config's ``output.flow_paths`` (on when there is no config)."""
+    return bool(((config or {}).get("output") or {}).get("flow_paths", True))
 
 
 def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict | None = None) -> dict[str, Path]:
-    """Write a result's files into ``run_dir`` (created if needed); returns them by name."""
+    """Write a result's files into ``run_dir`` (created if needed); returns them by name.
+    Each flow's ``path`` is written when the config's ``output.flow_paths`` is on."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     files = {
         "summary": run_dir / "summary.json",
-        "flows": run_dir / "flows.parquet",
+        "flows": run_dir / FLOWS_FILE,
         "fct": run_dir / "fct.csv",
     }
     summary = {**result.summary, "topology": experiment.topology.name}
     if config is not None:
         summary["config"] = config
     files["summary"].write_text(json.dumps(_plain(summary), indent=2) + "\n")
-    pq.write_table(pa.table({name: np.asarray(col) for name, col in result.flows.items()}), files["flows"])
+    flows = dict(result.flows)
+    if wants_flow_paths(config):
+        flows["path"] = flow_path_names(experiment)
+    pq.write_table(pa.table({name: np.asarray(col) for name, col in flows.items()}), files["flows"])
     write_fct_csv(result.flows, files["fct"])
     if plots:
         files["fct_cdf"] = run_dir / "fct_cdf.png"
@@ -249,7 +296,13 @@ def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict 
         pq.write_table(_table(port_series, PORT_SERIES_COLUMNS), files["timeseries_ports"])
         if plots:
             files["timeseries_plot"] = run_dir / TIMESERIES_PLOT_FILE
-            plot_timeseries(flow_series, port_series, files["timeseries_plot"], title=experiment.topology.name)
+            plot_timeseries(
+                flow_series,
+                port_series,
+                files["timeseries_plot"],
+                title=experiment.topology.name,
+                flow_names=flow_labels(result.flows),
+            )
     tasks = getattr(result, "tasks", None)
     if tasks is not None:
         files["tasks"] = run_dir / "tasks.parquet"

@@ -5,7 +5,10 @@
 
 Reads ``timeseries_flows.parquet`` and ``timeseries_ports.parquet`` of a run directory
 (written by ``multiverse-jax`` when ``sim.sample_interval_us`` > 0) and writes the figure
-of ``report.outputs.plot_timeseries`` (default ``RUN_DIR/timeseries.png``).
+of ``report.outputs.plot_timeseries`` (default ``RUN_DIR/timeseries.png``), its flows
+labelled by their hosts' names from ``flows.parquet`` when the run has one. Series written
+before ``tx_gbps`` and ``port_name`` existed still plot: the congestion-control rate, the
+ports by node index.
 
 Exit codes: 0 success; 2 bad input (a missing directory or file, an unreadable file, a
 flow id not in the series), reported in one line on stderr without a traceback.
@@ -21,16 +24,19 @@ from pathlib import Path
 import numpy as np
 
 from multiverse_jax.report.outputs import (
-    FLOW_SERIES_COLUMNS,
     FLOW_SERIES_FILE,
-    PORT_SERIES_COLUMNS,
+    FLOWS_FILE,
     PORT_SERIES_FILE,
     TIMESERIES_PLOT_FILE,
+    flow_labels,
     plot_timeseries,
 )
 
 PROG = "multiverse-jax-plot"
 EXIT_BAD_INPUT = 2
+# The columns the figure cannot do without (every run's series has them).
+NEEDED_FLOW_COLUMNS = ("time_us", "flow_id", "rate_gbps")
+NEEDED_PORT_COLUMNS = ("time_us", "port", "src_node", "dst_node", "queue_bytes")
 
 
 class PlotError(Exception):
@@ -84,7 +90,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def read_series(run_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """(flow series, port series) of a run directory as dicts of NumPy columns; PlotError if absent."""
+    """(flow series, port series) of a run directory as dicts of NumPy columns (all the
+    files have); PlotError if absent or lacking a needed column."""
     if not run_dir.is_dir():
         what = "is not a directory" if run_dir.exists() else "does not exist"
         raise PlotError(
@@ -99,10 +106,19 @@ def read_series(run_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndar
             "run with sim.sample_interval_us > 0, e.g. multiverse-jax sim.sample_interval_us=5)"
         )
     series = []
-    for path, columns in zip(paths, (FLOW_SERIES_COLUMNS, PORT_SERIES_COLUMNS)):
+    for path, columns in zip(paths, (NEEDED_FLOW_COLUMNS, NEEDED_PORT_COLUMNS)):
         table = read_checked(path, columns, PlotError)
-        series.append({c: table.column(c).to_numpy() for c in columns})
+        series.append({c: table.column(c).to_numpy() for c in table.column_names})
     return series[0], series[1]
+
+
+def read_flow_labels(run_dir: Path) -> dict[int, str]:
+    """``outputs.flow_labels`` of the run's flows.parquet; empty if it has none (or no names)."""
+    path = run_dir / FLOWS_FILE
+    if not path.is_file():
+        return {}
+    table = read_checked(path, ("id",), PlotError)
+    return flow_labels({c: table.column(c).to_numpy() for c in table.column_names})
 
 
 def read_checked(path: Path, columns, error=PlotError):
@@ -140,7 +156,15 @@ def main(argv=None) -> int:
         if not out.parent.is_dir():
             raise PlotError(f"cannot write {out}: directory {out.parent} does not exist")
         try:
-            plot_timeseries(flow_series, port_series, out, title=_title(run_dir), flows=flows, n_ports=args.ports)
+            plot_timeseries(
+                flow_series,
+                port_series,
+                out,
+                title=_title(run_dir),
+                flows=flows,
+                n_ports=args.ports,
+                flow_names=read_flow_labels(run_dir),
+            )
         except ValueError as exc:  # a flow id not in the series, an image format matplotlib lacks
             raise PlotError(" ".join(str(exc).split())) from None
         except OSError as exc:

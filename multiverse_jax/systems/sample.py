@@ -24,6 +24,10 @@ def sample(params: Params, state: State, window_end_ps) -> State:
     steady_now = state.steady.frozen
     if params.static.steady_window > 1:  # some experiment of the batch is hybrid
         steady_now = steady_now | steady_rates(params, state)[0]
+    # A packet is created when the NIC starts it on the wire: sent packets are full ones,
+    # but for the last.
+    sent_bytes = state.flows.flow_sent_packets.astype(jnp.int64) * params.payload_bytes
+    tx_bytes = jnp.minimum(sent_bytes, params.flows.flow_size_bytes)
     interval = params.sample_interval_ps
     following = smp.next_sample_ps + interval * ((window_end_ps - smp.next_sample_ps) // interval + 1)
     smp = smp.replace(
@@ -32,6 +36,7 @@ def sample(params: Params, state: State, window_end_ps) -> State:
         sample_time_ps=smp.sample_time_ps.at[at].set(window_end_ps, mode="drop"),
         sample_flow_rate_bps=smp.sample_flow_rate_bps.at[at].set(state.cc.flow_rate_bps, mode="drop"),
         sample_flow_window_bytes=smp.sample_flow_window_bytes.at[at].set(state.cc.flow_window_bytes, mode="drop"),
+        sample_flow_tx_bytes=smp.sample_flow_tx_bytes.at[at].set(tx_bytes, mode="drop"),
         sample_flow_rx_bytes=smp.sample_flow_rx_bytes.at[at].set(state.flows.flow_rx_bytes, mode="drop"),
         sample_port_queue_bytes=smp.sample_port_queue_bytes.at[at].set(queue_bytes, mode="drop"),
         sample_flow_steady=smp.sample_flow_steady.at[at].set(steady_now & params.steady.hybrid, mode="drop"),
