@@ -8,11 +8,12 @@ What a flow sent: ``tx_bytes`` is the payload its sender's NIC has put on the wi
 (sampled, like ``rx_bytes``, inside the step); ``tx_gbps`` is what it sent since the
 previous sample (from time 0 for the first) over the time between them, so a flow
 sends at 0 before it starts and after its last packet, and the sum of ``tx_gbps`` times
-the sample spans is its ``tx_bytes`` (its size, once it has sent everything).
-``rate_gbps`` is congestion control's configured rate (the line rate under ``cc=none``).
+the sample spans is its ``tx_bytes`` (its size, once it has sent everything). A packet
+counts once its first bit has left, so a sample can read up to one packet over the line
+rate. ``rate_gbps`` is congestion control's rate (the line rate under ``cc=none``).
 
-Memory: the host keeps every sample of every flow and port, (5 x flows + ports) x 8 bytes
-per sample, which for a training iteration with thousands of flows over many
+Memory: the host keeps every sample of every flow and port, about (33 x flows + 8 x ports)
+bytes per sample, which for a training iteration with thousands of flows over many
 milliseconds would grow without bound. So each experiment has a budget
 (``max_bytes_per_experiment``, default 256 MiB): when its samples exceed it, every other
 sample is dropped and from then on only every 2nd (then 4th, 8th, ...) sample is kept --

@@ -149,7 +149,7 @@ def test_mixed_cc_batch_equals_each_experiment_alone(batching):
         for column in ("start_us", "finish_us", "rx_finish_us", "rx_bytes", "ecn_marked_packets", "cnps"):
             np.testing.assert_array_equal(batched.flows[column], alone.flows[column])
         np.testing.assert_array_equal(batched.port_max_queue_bytes, alone.port_max_queue_bytes)
-        for column in ("time_us", "rate_gbps", "window_bytes", "rx_bytes"):
+        for column in ("time_us", "rate_gbps", "window_bytes", "rx_bytes", "tx_bytes", "tx_gbps"):
             np.testing.assert_array_equal(batched.flow_series[column], alone.flow_series[column])
         assert batched.summary["n_packet_hops"] == alone.summary["n_packet_hops"]
 
