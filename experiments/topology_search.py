@@ -40,10 +40,26 @@ What it does
    and ``topology_search.png`` (cost against job time, the front highlighted) into
    ``--out``.
 
+Search mode (``--search TRIALS``)
+--------------------------------
+Instead of simulating every variant, Optuna (NSGA-II, two objectives: job time and
+``--cost``) explores the product of the variants, ``--lbs`` and ``--buffers`` with ask/tell:
+each ask of ``--batch`` trials becomes one ``simulate_many`` call (many trials per compiled
+program; each call padded to ``--batch`` points so every ask reuses the programs of the
+first), and the front is drawn from the distinct points it evaluated.
+
+Which to use: enumeration when the whole space can be simulated (up to a few hundred
+points: one batched program per shape, the exact front, nothing missed); search when the
+product of choices is too large for that (thousands of points and up: trials go where the
+front is, at the price of maybe missing a point of it -- run more trials, or enumerate the
+neighbourhood of what it found). ``multiverse-jax -m hydra/sweeper=optuna`` is the same
+search for any config key, without a script.
+
     python experiments/topology_search.py                 # 128 hosts, permutation of 256 KB flows
     python experiments/topology_search.py --quick         # 16 hosts, 3 variants (the test)
     python experiments/topology_search.py --hosts 64 --oversubscription 1 2 4 8 --cost cables
     python experiments/topology_search.py --workload llm --hosts 64 --llm-gpus-per-server 8
+    python experiments/topology_search.py --search 64 --lbs ecmp spray flowlet --buffers 500000 2000000
 
 How to extend it
 ----------------
@@ -229,6 +245,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cost", choices=COST_COLUMNS, default="switch_ports", help="cost axis of the front (default switch_ports)")
     p.add_argument("--top", type=int, default=10, help="rows of the top table (default 10)")
     p.add_argument("--max-batch-size", type=int, default=None, help="points per batched call (default: what fits in memory)")
+    p.add_argument("--search", type=int, default=0, metavar="TRIALS",
+                   help="search mode: Optuna (NSGA-II, job time and --cost) over variant x --lbs x --buffers with this "
+                   "many trials, instead of simulating every variant (default 0: enumeration)")
+    p.add_argument("--batch", type=int, default=16, help="search: trials per ask, simulated as one batched call (default 16)")
+    p.add_argument("--lbs", nargs="+", choices=("ecmp", "spray", "flowlet"), default=None,
+                   help="search: load balancers to search over (default: --lb only)")
+    p.add_argument("--buffers", type=int, nargs="+", default=None, metavar="BYTES",
+                   help="search: switch.buffer_bytes values to search over (default: the config's)")
     return p
 
 
@@ -317,6 +341,116 @@ def plot(points: list[dict], front: list[dict], cost: str, metric_label: str, pa
     return save(fig, path)
 
 
+def make_point(name: str, variant: Variant, experiment, result, args, **knobs) -> dict:
+    """One evaluated design point: its name, topology, knobs, cost and metrics."""
+    point = {"name": name, "kind": variant.topology["kind"], "topology": variant.topology, **knobs}
+    point.update(topology_cost(experiment.topology))
+    if isinstance(result, Exception):
+        point.update(status="failed", reason=f"{type(result).__name__}: {result}")
+        summary = {}
+    else:
+        summary = result.summary
+        point.update(status=summary["status"], reason=summary.get("error") or "")
+    point["job_time_us"] = metric_of(summary, args.workload)
+    for key in ("fct_mean_us", "fct_p99_us", "max_queue_bytes", "pfc_pauses"):
+        value = summary.get(key)
+        point[key] = float(value) if value is not None else math.nan
+    return point
+
+
+def enumerate_all(args, variants, experiments, console) -> tuple[list[dict], int]:
+    """Enumeration mode: every variant, simulated in one go. Returns (points, batched groups)."""
+    from multiverse_jax.sweep.groups import make_groups, simulate_many
+
+    kinds = ", ".join(f"{kind}: {sum(v.topology['kind'] == kind for v in variants)}" for kind in ("fattree", "leafspine", "rail"))
+    console.print(
+        f"{len(experiments)} topology variants with {args.hosts} hosts ({kinds}); "
+        f"workload {args.workload}; simulating them batched ...",
+        highlight=False,
+    )
+    n_groups = len(make_groups(experiments, [{}] * len(experiments)))
+    results = simulate_many(experiments, {}, max_batch_size=args.max_batch_size)
+    points = [make_point(v.name, v, e, r, args) for v, e, r in zip(variants, experiments, results)]
+    return points, n_groups
+
+
+def search_space(args, variants) -> dict[str, list]:
+    """Search mode's parameters and their choices: the topology variant, and lb and the
+    switch buffer when more than one value is given."""
+    space = {"topology": [v.name for v in variants]}
+    if len(args.lbs or []) > 1:
+        space["lb"] = list(args.lbs)
+    if len(args.buffers or []) > 1:
+        space["buffer_bytes"] = list(args.buffers)
+    return space
+
+
+def point_name(params: dict) -> str:
+    return " ".join([params["topology"]] + [f"{k}={v}" for k, v in params.items() if k != "topology"])
+
+
+def search_all(args, variants, console) -> tuple[list[dict], int]:
+    """Search mode: Optuna's ask/tell over ``search_space``, two objectives (job time and
+    ``--cost``: the Pareto front), ``--batch`` trials per ask, each ask one ``simulate_many``
+    call (padded to ``--batch`` points, so one compiled program per shape serves every ask).
+    A point asked for again is not simulated again. Returns (the distinct points, asks)."""
+    try:
+        import optuna
+    except ImportError:
+        raise SystemExit("--search needs Optuna: pip install 'multiverse-jax[search]'") from None
+    from multiverse_jax.config import experiment_from_config
+    from multiverse_jax.errors import InputError
+    from multiverse_jax.sweep.groups import simulate_many
+    from multiverse_jax.sweep.search import batched_ask_tell
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    by_name = {v.name: v for v in variants}
+    space = search_space(args, variants)
+    size = math.prod(len(choices) for choices in space.values())
+    console.print(
+        f"searching {size} design points ({' x '.join(f'{len(c)} {k}' for k, c in space.items())}) with "
+        f"{args.search} trials, {args.batch} per batched ask; objectives job time and {args.cost}",
+        highlight=False,
+    )
+    points: dict[str, dict] = {}
+
+    def evaluate(asked: list[dict]) -> list:
+        new = {point_name(p): p for p in asked if point_name(p) not in points}
+        todo = []
+        for name, params in new.items():
+            variant = by_name[params["topology"]]
+            config = dict(base_config(args), topology=variant.topology, lb=params.get("lb", args.lb))
+            if "buffer_bytes" in params:
+                config["switch"] = {"buffer_bytes": params["buffer_bytes"]}
+            try:
+                todo.append((name, params, variant, experiment_from_config(config)))
+            except InputError as exc:
+                points[name] = {"name": name, "kind": variant.topology["kind"], "status": "invalid", "reason": str(exc)}
+        results = simulate_many([t[3] for t in todo], {}, max_batch_size=args.max_batch_size, min_batch_size=args.batch)
+        for (name, params, variant, experiment), result in zip(todo, results):
+            knobs = {k: v for k, v in params.items() if k != "topology"}
+            points[name] = make_point(name, variant, experiment, result, args, **knobs)
+        values = []
+        for params in asked:
+            point = points[point_name(params)]
+            ok = point["status"] == "ok" and math.isfinite(point["job_time_us"])
+            values.append([point["job_time_us"], point[args.cost]] if ok else None)
+        return values
+
+    def on_ask(index: int, asked: list[dict], values: list) -> None:
+        done = [v for v in values if v is not None]
+        console.print(
+            f"ask {index + 1}: {len(asked)} trials, {len(points)} distinct points so far"
+            + (f", fastest of this ask {min(v[0] for v in done):,.1f} µs" if done else ""),
+            highlight=False,
+        )
+
+    sampler = optuna.samplers.NSGAIISampler(seed=args.seed, population_size=max(2, args.batch))
+    study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
+    asks = batched_ask_tell(study, space, args.search, args.batch, evaluate, on_ask)
+    return list(points.values()), asks
+
+
 def main(argv=None) -> int:
     from rich.console import Console
 
@@ -327,38 +461,15 @@ def main(argv=None) -> int:
     if not experiments:
         console.print(f"no valid topology variant with {args.hosts} hosts")
         return 2
-    kinds = ", ".join(f"{kind}: {sum(v.topology['kind'] == kind for v in variants)}" for kind in ("fattree", "leafspine", "rail"))
-    console.print(
-        f"{len(experiments)} topology variants with {args.hosts} hosts ({kinds}); "
-        f"workload {args.workload}; simulating them batched ...",
-        highlight=False,
-    )
     built = time.perf_counter()
-
-    from multiverse_jax.sweep.groups import make_groups, simulate_many
-
-    n_groups = len(make_groups(experiments, [{}] * len(experiments)))
-    results = simulate_many(experiments, {}, max_batch_size=args.max_batch_size)
+    if args.search:
+        points, n_groups = search_all(args, variants, console)
+    else:
+        points, n_groups = enumerate_all(args, variants, experiments, console)
     simulated = time.perf_counter()
 
-    points = []
-    for variant, experiment, result in zip(variants, experiments, results):
-        point = {"name": variant.name, "kind": variant.topology["kind"], "topology": variant.topology}
-        point.update(topology_cost(experiment.topology))
-        if isinstance(result, Exception):
-            point.update(status="failed", reason=f"{type(result).__name__}: {result}")
-            summary = {}
-        else:
-            summary = result.summary
-            point.update(status=summary["status"], reason=summary.get("error") or "")
-        point["job_time_us"] = metric_of(summary, args.workload)
-        for key in ("fct_mean_us", "fct_p99_us", "max_queue_bytes", "pfc_pauses"):
-            value = summary.get(key)
-            point[key] = float(value) if value is not None else math.nan
-        points.append(point)
-
     # Rank: ok points by job time (then cost), then the others.
-    points.sort(key=lambda p: (p["status"] != "ok", p["job_time_us"] if p["status"] == "ok" else math.inf, p[args.cost]))
+    points.sort(key=lambda p: (p["status"] != "ok", p["job_time_us"] if p["status"] == "ok" else math.inf, p.get(args.cost, 0)))
     for i, p in enumerate(points):
         p["rank"] = i + 1
     front = pareto_front(points, args.cost)
@@ -375,11 +486,14 @@ def main(argv=None) -> int:
         "workload": base_config(args)["workload"],
         "lb": args.lb,
         "seed": args.seed,
+        "mode": "search" if args.search else "enumeration",
+        "trials": args.search or None,
         "metric": "iteration_time_us" if args.workload == "llm" else "job_time_us",
         "note": "job_time_us holds the metric (iteration_time_us for llm)",
         "cost": args.cost,
         "n_variants": len(points),
-        "n_groups": n_groups,
+        "n_groups": n_groups if not args.search else None,
+        "n_asks": n_groups if args.search else None,
         "invalid": [{"name": v.name, "reason": r} for v, r in invalid],
         "wall_s": {"build": built - start, "simulate": simulated - built, "total": wall},
         "pareto_front": [p["name"] for p in front],
@@ -393,8 +507,9 @@ def main(argv=None) -> int:
     bad = [p for p in points if p["status"] != "ok"]
     for p in bad:
         console.print(f"  {p['name']}: {p['status']} {p['reason']}", highlight=False)
+    how = f"{args.search} trials in {n_groups} batched asks" if args.search else f"{n_groups} batched groups"
     console.print(
-        f"{len(points)} variants ({len(points) - len(bad)} ok) in {n_groups} batched groups; "
+        f"{len(points)} {'distinct points' if args.search else 'variants'} ({len(points) - len(bad)} ok) in {how}; "
         f"simulated in {simulated - built:.1f} s, {wall:.1f} s in all; wrote {path} and {png}",
         highlight=False,
     )

@@ -469,3 +469,19 @@ def test_topology_search_quick(topology_search, tmp_path):
     # The 4:1 fabric (fewest ports) is the slowest and the cheapest end of the front.
     assert points[-1]["name"] == "leafspine 2x8 4:1" and report["pareto_front"][0] == "leafspine 2x8 4:1"
     assert (tmp_path / "topology_search.png").stat().st_size > 10_000
+
+    # Search mode over the same variants and two load balancers: Optuna's asks of 3 trials,
+    # each one batched call of the same compiled program; a point it evaluates has the
+    # enumeration's metrics (batched == alone), and its front is drawn from what it saw.
+    pytest.importorskip("optuna", reason="search mode needs the optional extra: pip install 'multiverse-jax[search]'")
+    out = tmp_path / "search"
+    assert topology_search.main(["--quick", "--search", "6", "--batch", "3", "--lbs", "ecmp", "spray", "--out", str(out)]) == 0
+    found = json.loads((out / "topology_search.json").read_text())
+    assert found["mode"] == "search" and found["n_asks"] == 2
+    enumerated = {p["name"]: p["job_time_us"] for p in points}
+    for p in found["points"]:
+        assert p["status"] == "ok" and p["lb"] in ("ecmp", "spray")
+        if p["lb"] == "ecmp":
+            assert p["job_time_us"] == enumerated[p["name"].removesuffix(" lb=ecmp")]
+    ok = [p for p in found["points"] if p["status"] == "ok"]
+    assert set(found["pareto_front"]) == {p["name"] for p in topology_search.pareto_front(ok, "switch_ports")}

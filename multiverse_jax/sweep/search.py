@@ -153,3 +153,30 @@ def best_so_far(values: Sequence[float], direction: str) -> list[float]:
             best = v
         out.append(best)
     return out
+
+
+def batched_ask_tell(study, space: dict[str, list], n_trials: int, batch: int, evaluate, on_ask=None) -> int:
+    """Optuna's ask/tell, ``batch`` trials at a time, each ask evaluated at once.
+
+    ``space``: parameter name -> its choices (categorical). ``evaluate(params)`` gets the
+    ask's parameter dicts and returns, per trial, its objective values (a list, one per
+    direction of ``study``) or None for a failed trial (invalid, failed, NaN); it is where
+    the trials become one ``simulate_many`` call, many trials per compiled program.
+    ``on_ask(index, params, values)`` after each ask. Returns the number of asks.
+    """
+    import optuna
+
+    asks = 0
+    for start in range(0, n_trials, batch):
+        trials = [study.ask() for _ in range(min(batch, n_trials - start))]
+        params = [{name: trial.suggest_categorical(name, choices) for name, choices in space.items()} for trial in trials]
+        values = evaluate(params)
+        for trial, value in zip(trials, values):
+            if value is None:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                study.tell(trial, list(value))
+        if on_ask is not None:
+            on_ask(asks, params, values)
+        asks += 1
+    return asks
