@@ -61,11 +61,18 @@ else:
             self.objective = objective
 
         def setup(self, *, hydra_context, task_function, config) -> None:
+            import sys
+
+            from multiverse_jax.errors import InputError
             from multiverse_jax.sweep.search import ObjectiveLauncher
 
             super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
             impl = self.sweeper
-            impl.launcher = ObjectiveLauncher(impl.launcher, self.objective, impl._get_directions(), config)
+            try:
+                impl.launcher = ObjectiveLauncher(impl.launcher, self.objective, impl._get_directions(), config)
+            except InputError as exc:  # bad input: one line and exit code 2, as the CLI reports it
+                print(f"error: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
             impl.launcher.pad_batches_to(impl.n_jobs)
 
         def sweep(self, arguments):
