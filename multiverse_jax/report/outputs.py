@@ -7,8 +7,8 @@
   name and, if given, the resolved config under ``config``; times in µs (``job_time_us``,
   ``simulated_time_us``, ``iteration_time_us``) and, exact, in integer ps
   (``job_time_ps``, ``simulated_time_ps``, ``iteration_time_ps``; -1 where there is none);
-* ``flows.parquet``: every per-flow column of the result (``src``, ``dst`` host indices
-  and ``src_name``, ``dst_name`` their names) and, when ``output.flow_paths`` (the
+* ``flows.parquet``: every per-flow column of the result (``src``, ``dst``: host indices),
+  the hosts by name (``src_name``, ``dst_name``) and, when ``output.flow_paths`` (the
   default), ``path``: the flow's data path by node names, ``h0->tor0->agg1->core2->agg3->tor5->h12``
   (``report.paths``: exact, as the engine routes it; empty for a flow that is not pinned
   under ``lb=spray`` or ``lb=flowlet``, whose packets take several paths);
@@ -25,8 +25,8 @@
   on the wire so far, ``tx_gbps``: what it sent since the previous sample, see
   ``timeseries``; ``steady``: the flow was steady or advancing at flow level,
   ``sim.mode=hybrid``), ``timeseries_ports.parquet`` (``time_us, port, src_node, dst_node,
-  queue_bytes, port_name``: one row per sample and egress port; ``port_name`` the port by
-  its nodes' names, ``tor1->agg2``) and, when ``plots``, ``timeseries.png``
+  queue_bytes, port_name``: one row per sample and egress port; ``port_name``, added to
+  the result's series here, the port by its nodes' names, ``tor1->agg2``) and, when ``plots``, ``timeseries.png``
   (``plot_timeseries``; ``multiverse-jax-plot`` redraws it from the two parquet files);
 * for a task workload: ``tasks.parquet`` (``timeline.task_columns``: one row per task, its
   times in µs and, exact, ``start_ps`` / ``finish_ps``) and, when ``plots``, ``timeline.png``.
@@ -264,6 +264,16 @@ def wants_flow_paths(config: dict | None) -> bool:
     return bool(((config or {}).get("output") or {}).get("flow_paths", True))
 
 
+def named_flows(result, experiment, paths: bool) -> dict[str, np.ndarray]:
+    """The result's per-flow columns, its hosts by name (``src_name``, ``dst_name``) and,
+    when ``paths``, each flow's data path by node names (``path``, ``report.paths``)."""
+    names = np.asarray(experiment.topology.node_names)
+    flows = {**result.flows, "src_name": names[result.flows["src"]], "dst_name": names[result.flows["dst"]]}
+    if paths:
+        flows["path"] = flow_path_names(experiment)
+    return flows
+
+
 def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict | None = None) -> dict[str, Path]:
     """Write a result's files into ``run_dir`` (created if needed); returns them by name.
     Each flow's ``path`` is written when the config's ``output.flow_paths`` is on."""
@@ -278,11 +288,9 @@ def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict 
     if config is not None:
         summary["config"] = config
     files["summary"].write_text(json.dumps(_plain(summary), indent=2) + "\n")
-    flows = dict(result.flows)
-    if wants_flow_paths(config):
-        flows["path"] = flow_path_names(experiment)
+    flows = named_flows(result, experiment, wants_flow_paths(config))
     pq.write_table(pa.table({name: np.asarray(col) for name, col in flows.items()}), files["flows"])
-    write_fct_csv(result.flows, files["fct"])
+    write_fct_csv(flows, files["fct"])
     if plots:
         files["fct_cdf"] = run_dir / "fct_cdf.png"
         n = len(result.flows["fct_us"])
@@ -293,6 +301,8 @@ def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict 
         files["timeseries_flows"] = run_dir / FLOW_SERIES_FILE
         files["timeseries_ports"] = run_dir / PORT_SERIES_FILE
         pq.write_table(_table(flow_series, FLOW_SERIES_COLUMNS), files["timeseries_flows"])
+        # One str object per port, shared by its rows: 8 bytes a row in memory.
+        port_series = {**port_series, "port_name": experiment.topology.port_names()[port_series["port"]]}
         pq.write_table(_table(port_series, PORT_SERIES_COLUMNS), files["timeseries_ports"])
         if plots:
             files["timeseries_plot"] = run_dir / TIMESERIES_PLOT_FILE
@@ -301,7 +311,7 @@ def write_outputs(result, run_dir, experiment, plots: bool = True, config: dict 
                 port_series,
                 files["timeseries_plot"],
                 title=experiment.topology.name,
-                flow_names=flow_labels(result.flows),
+                flow_names=flow_labels(flows),
             )
     tasks = getattr(result, "tasks", None)
     if tasks is not None:
