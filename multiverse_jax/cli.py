@@ -3,6 +3,10 @@
 Exit codes: 0 success; 1 the simulation failed (outputs are still written) or the design
 point does not fit in GPU memory (``summary.json`` with status "oom"); 2 bad input (a
 config key or an input file; the message names it, no traceback).
+
+Progress goes to stderr (``progress.py``): a bar on a terminal, else a line every
+``output.progress_interval_s`` (simulated time, windows per second and, for task
+workloads, tasks done of total with an ETA) and a final line.
 """
 
 from __future__ import annotations
@@ -11,29 +15,20 @@ import sys
 from pathlib import Path
 
 import hydra
-import numpy as np
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 import multiverse_jax.conf.schema  # noqa: F401  (registers the config schema with Hydra)
 from multiverse_jax.config import experiment_from_config, load_config, resolve_config, run_options
 from multiverse_jax.errors import InputError
+from multiverse_jax.progress import Progress, SimulationProgress
 from multiverse_jax.report.outputs import summary_table, write_oom_summary, write_outputs
 from multiverse_jax.simulate import overflow_text, simulate
-from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload.llm import OutOfMemory
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
-
-
-def _slowest_time_us(state) -> float:
-    """Simulated time of the experiment furthest behind among those still running."""
-    time_ps, done, error = (np.asarray(x) for x in (state.time_ps, state.done, state.error))
-    running = ~done & (error == 0)
-    return float((time_ps[running] if running.any() else time_ps).min()) / PS_PER_US
 
 
 def run(cfg, output_dir, *, console: Console | None = None) -> int:
@@ -63,15 +58,11 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
         highlight=False,
         soft_wrap=True,
     )
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=errors, transient=True
-    ) as progress:
-        task = progress.add_task("compiling and simulating")
-
-        def on_progress(state) -> None:
-            progress.update(task, description=f"simulated {_slowest_time_us(state):,.1f} µs")
-
-        result = simulate([experiment], on_progress=on_progress, **options)[0]
+    n_tasks = len(experiment.tasks) if experiment.tasks is not None else 0
+    interval_s = typed.output.progress_interval_s
+    progress = Progress("simulating", total=n_tasks or None, unit="tasks", interval_s=interval_s, console=errors)
+    with SimulationProgress(progress, [n_tasks]) as tasks_progress:
+        result = simulate([experiment], on_progress=tasks_progress.on_state, **options)[0]
 
     console.print(summary_table([result], names=["value"], title=experiment.topology.name))
     files = write_outputs(result, output_dir, experiment, plots=plots, config=config)

@@ -571,6 +571,10 @@ class OutputConfig(Group):
 
     plots: bool = True  # write fct_cdf.png (and timeseries.png, timeline.png)
     flow_paths: bool = True  # flows.parquet: each flow's data path by node names (``path``; report/paths.py)
+    progress_interval_s: float = 10.0  # off a terminal, a progress line on stderr this often (0: no progress shown)
+
+    def check(self) -> None:
+        check_number("output.progress_interval_s", self.progress_interval_s, low=0)
 
 
 @dataclass
