@@ -98,6 +98,7 @@ def test_a_sweep_with_invalid_points_finishes_the_others(monkeypatch, tmp_path, 
         assert summary["status"] == st
     err = capsys.readouterr().err
     assert "1 ok" in err and "3 invalid" in err and "switch.buffer_bytes must be an integer" in err
+    assert "sweep ended: 1/1 points (100%) · simulated " in err  # progress off a terminal: the final line
 
 
 def test_an_llm_point_that_does_not_fit_in_gpu_memory_is_reported_oom(monkeypatch, tmp_path):

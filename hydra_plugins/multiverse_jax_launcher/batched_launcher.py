@@ -29,7 +29,8 @@ class BatchedLauncherConf:
     ray_address: Optional[str] = None
     ray_num_gpus_per_task: float = 0
     ray_runtime_env: Optional[Any] = None
-    progress: bool = True  # a progress bar across the sweep (on stderr)
+    progress: bool = True  # progress across the sweep on stderr: a bar on a terminal, else log lines
+    progress_interval_s: float = 10.0  # off a terminal, a progress line this often
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="batched", node=BatchedLauncherConf, provider="multiverse-jax")

@@ -17,8 +17,9 @@
    run (``summary.json``, ``flows.parquet``, ...), and rewrite ``results.parquet``.
 
 It returns one ``JobReturn`` per point, in Hydra's order, whose value is the point's
-summary (status ok, failed, oom or invalid). A progress bar on stderr counts points,
-simulated time and windows per second.
+summary (status ok, failed, oom or invalid). Progress on stderr (``progress.py``: a bar
+on a terminal, else a line every ``hydra.launcher.progress_interval_s``) counts points
+done of total with an ETA, simulated time (summed over the points) and windows per second.
 """
 
 from __future__ import annotations
@@ -26,19 +27,16 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import time
 from pathlib import Path
 
-import numpy as np
 from omegaconf import open_dict
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from multiverse_jax.errors import InputError
+from multiverse_jax.progress import DEFAULT_INTERVAL_S, Progress, SimulationProgress
 from multiverse_jax.sweep.compose import PointComposer
 from multiverse_jax.sweep.results import METRICS, ResultsTable, point_key
-from multiverse_jax.units import PS_PER_US
 
 log = logging.getLogger(__name__)
 
@@ -182,47 +180,6 @@ def _finish(point: Point, launcher, sweep_dir: Path, table: ResultsTable, group:
     return ret
 
 
-class SweepProgress:
-    """A progress bar across the sweep: points done, simulated time, windows per second."""
-
-    def __init__(self, total: int, enabled: bool):
-        self.progress = Progress(
-            TextColumn("[bold]sweep"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            disable=not enabled,
-            transient=False,
-        )
-        self.task = self.progress.add_task("sweep", total=total, info="compiling")
-        self.start = time.perf_counter()
-        self.done_windows = 0  # windows of finished chunks
-        self.done_us = 0.0  # simulated µs of finished points
-        self.live = (0, 0.0)  # windows and simulated µs of the running chunk
-
-    def on_state(self, state) -> None:
-        windows, time_ps = (np.asarray(x) for x in (state.n_windows, state.time_ps))
-        self.live = (int(windows.sum()), float(time_ps.sum()) / PS_PER_US)
-        self._show()
-
-    def on_points(self, points: list[Point]) -> None:
-        for point in points:
-            if point.result is not None:
-                self.done_windows += int(point.result.summary.get("n_windows", 0))
-                self.done_us += float(point.result.summary.get("simulated_time_us", 0.0))
-        self.live = (0, 0.0)
-        self.progress.advance(self.task, len(points))
-        self._show()
-
-    def _show(self) -> None:
-        windows = self.done_windows + self.live[0]
-        rate = windows / max(time.perf_counter() - self.start, 1e-9)
-        info = f"simulated {self.done_us + self.live[1]:,.0f} µs · {rate:,.0f} windows/s"
-        self.progress.update(self.task, info=info)
-
-
 def launch(launcher, job_overrides, initial_job_idx: int):
     """``Launcher.launch``: every point of ``job_overrides`` (numbered from ``initial_job_idx``)."""
     from hydra.core.utils import configure_log, setup_globals
@@ -257,7 +214,9 @@ def launch(launcher, job_overrides, initial_job_idx: int):
             returns[point.job_num] = _finish(point, launcher, sweep_dir, table)
     table.write()
 
-    bar = SweepProgress(len(pending), enabled=bool(options.get("progress", True)) and bool(pending))
+    interval_s = float(options.get("progress_interval_s", DEFAULT_INTERVAL_S)) if options.get("progress", True) else 0.0
+    progress = Progress("sweep", total=len(pending), unit="points", interval_s=interval_s if pending else 0.0)
+    points_progress = SimulationProgress(progress)
     group_ids: dict = {}
 
     def on_group_done(group, indices, results) -> None:
@@ -274,13 +233,13 @@ def launch(launcher, job_overrides, initial_job_idx: int):
             returns[point.job_num] = _finish(point, launcher, sweep_dir, table, gid, len(group.members))
             done.append(point)
         table.write()
-        bar.on_points(done)
+        points_progress.finished([p.result.summary if p.result is not None else {} for p in done])
 
     if pending:
         ray_options = {"num_gpus_per_task": options.get("ray_num_gpus_per_task", 0)}
         if options.get("ray_runtime_env") is not None:
             ray_options["runtime_env"] = options["ray_runtime_env"]
-        with bar.progress:
+        with points_progress:
             simulate_many(
                 [p.experiment for p in pending],
                 [p.options for p in pending],
@@ -290,7 +249,7 @@ def launch(launcher, job_overrides, initial_job_idx: int):
                 ray_address=options.get("ray_address"),
                 ray_options=ray_options,
                 on_group_done=on_group_done,
-                on_progress=bar.on_state,
+                on_progress=points_progress.on_state,
             )
     _print_summary(console, points, table)
     return [returns[p.job_num] for p in points]
