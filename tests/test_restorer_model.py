@@ -25,7 +25,7 @@ from multiverse_jax.restorer.train import _train_step, load_dataset, train
 
 CONFIG = RestorerConfig(d_model=16, n_layers=1, n_heads=2, mlp_dim=32)
 SETTINGS = dict(seed=0, epochs=150, batch_size=16, learning_rate=3e-3, weight_decay=0.0, warmup_steps=10)
-SETTINGS.update(patience=1000, progress=False)
+SETTINGS.update(patience=1000, progress_interval_s=0)
 predict_jit = jax.jit(predict, static_argnums=0)
 
 
@@ -158,10 +158,12 @@ def test_train_command_end_to_end(tmp_path):
         "warmup_steps=0",
         *(f"model.{f.name}={getattr(CONFIG, f.name)}" for f in dataclasses.fields(CONFIG)),
         f"hydra.run.dir={tmp_path / 'run'}",
+        "progress_interval_s=1e-9",  # a progress line every epoch (stderr is not a terminal here)
     ]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "64 train, 16 validation, 16 test" in done.stdout
+    assert "training: 2/3 epochs (67%), ETA " in done.stderr and "training ended: 3/3 epochs (100%) · train " in done.stderr
     config, params, meta = checkpoint.load(tmp_path / "model" / "restorer.msgpack")
     assert config == CONFIG and meta["n_train"] == 64 and meta["epochs"] == 3 and meta["dataset"] == "data.npz"
     assert (tmp_path / "model" / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

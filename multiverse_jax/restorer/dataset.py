@@ -26,6 +26,9 @@ Splits are by scenario, never by sample: of every family and CC's variants, ever
 (v % 5 == 3) is validation and the next (v % 5 == 4) test.
 
     multiverse-jax-restorer-dataset --out restorer_dataset.npz
+
+Progress goes to stderr (``progress.py``): scenarios done of total with an ETA, simulated
+time and windows per second; off a terminal a line every ``--progress-interval-s`` (10).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from multiverse_jax.conf.schema import CcKind, SimConfig, SwitchConfig
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.peers.scenarios import ring_allreduce
+from multiverse_jax.progress import DEFAULT_INTERVAL_S, Progress, SimulationProgress
 from multiverse_jax.restorer.features import N_CONTEXT, N_HISTORY, context_features, history_features
 from multiverse_jax.simulate import simulate
 from multiverse_jax.topology.fattree import fattree
@@ -273,19 +277,32 @@ def _balance(parts: dict[str, np.ndarray], rng) -> np.ndarray:
     return np.sort(np.concatenate([np.flatnonzero(~empty), keep_idle]))
 
 
-def build_dataset(out, families=tuple(FAMILIES), ccs=CCS, n_variants: int = N_VARIANTS, seed: int = 0, log=print) -> dict:
+def build_dataset(
+    out,
+    families=tuple(FAMILIES),
+    ccs=CCS,
+    n_variants: int = N_VARIANTS,
+    seed: int = 0,
+    log=print,
+    progress_interval_s: float = DEFAULT_INTERVAL_S,
+) -> dict:
     """Run the catalogue (one batched program per family), cut it, and save the ``.npz``
     that ``multiverse-jax-train-restorer`` reads (``restorer/train.load_dataset``). Each
-    family's cuts are kept in ``<out>.parts/`` as they finish; a rerun reuses them."""
+    family's cuts are kept in ``<out>.parts/`` as they finish; a rerun reuses them.
+
+    Progress on stderr (``progress.py``): scenarios done of total with an ETA, simulated
+    time and windows per second; a line every ``progress_interval_s`` off a terminal (0: none)."""
     out = Path(out)
     parts_dir = out.with_name(out.name + ".parts")
     parts_dir.mkdir(parents=True, exist_ok=True)
     catalogue = scenarios(families, ccs, n_variants)
     names = [name for name, _, _ in catalogue]
     chunks = []
-    for family in families:
-        members = [(i, split, exp) for i, (name, split, exp) in enumerate(catalogue) if name.startswith(family + "/")]
-        chunks.append(_family_cuts(parts_dir / f"{family}.npz", family, members, log))
+    progress = Progress("dataset", total=len(catalogue), unit="scenarios", interval_s=progress_interval_s)
+    with SimulationProgress(progress) as scenarios_progress:
+        for family in families:
+            members = [(i, split, exp) for i, (name, split, exp) in enumerate(catalogue) if name.startswith(family + "/")]
+            chunks.append(_family_cuts(parts_dir / f"{family}.npz", family, members, log, scenarios_progress))
     merged = {key: np.concatenate([c[key] for c in chunks]) for key in chunks[0]}
     keep = _balance(merged, np.random.default_rng(seed))
     dataset = {key: value[keep] for key, value in merged.items()}
@@ -296,14 +313,17 @@ def build_dataset(out, families=tuple(FAMILIES), ccs=CCS, n_variants: int = N_VA
     return dataset
 
 
-def _family_cuts(path: Path, family: str, members, log) -> dict[str, np.ndarray]:
+def _family_cuts(path: Path, family: str, members, log, progress: SimulationProgress) -> dict[str, np.ndarray]:
     """One family's cuts, from ``path`` if a previous run saved them, else simulated (one
     batch) and saved there. A failed experiment is reported and left out."""
     if path.exists():
         log(f"{family}: reusing {path}")
+        progress.finished([{}] * len(members))
         return dict(np.load(path))
     start = time.perf_counter()
-    results = simulate([exp for _, _, exp in members], slots_per_host=512, steps_per_call=256)
+    experiments = [exp for _, _, exp in members]
+    results = simulate(experiments, slots_per_host=512, steps_per_call=256, on_progress=progress.on_state)
+    progress.finished([result.summary for result in results])
     pieces = []
     for (index, split, exp), result in zip(members, results):
         if not result.ok:
@@ -325,6 +345,10 @@ def main(argv=None) -> int:
     parser.add_argument("--ccs", default=",".join(CCS), help="congestion controls")
     parser.add_argument("--variants", type=int, default=N_VARIANTS, help="variants per family and CC")
     parser.add_argument("--seed", type=int, default=0, help="which empty-port pairs are kept")
+    parser.add_argument(
+        "--progress-interval-s", type=float, default=DEFAULT_INTERVAL_S,
+        help="off a terminal, a progress line on stderr this often (0: none)",
+    )
     args = parser.parse_args(argv)
     families = [f for f in args.families.split(",") if f]
     unknown = sorted(set(families) - set(FAMILIES))
@@ -338,7 +362,7 @@ def main(argv=None) -> int:
     def log(line):
         print(line, file=sys.stderr, flush=True)
 
-    build_dataset(args.out, families, ccs, args.variants, args.seed, log)
+    build_dataset(args.out, families, ccs, args.variants, args.seed, log, args.progress_interval_s)
     return 0
 
 

@@ -17,11 +17,9 @@ from ``seed``: the same seed gives bit-identical parameters.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import sys
-import time
 from pathlib import Path
 
 import hydra
@@ -33,8 +31,8 @@ from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from multiverse_jax.progress import DEFAULT_INTERVAL_S, Progress
 from multiverse_jax.report.figure import new_figure, save as save_figure
 from multiverse_jax.restorer import checkpoint
 from multiverse_jax.restorer.dataset import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VALIDATION
@@ -54,7 +52,6 @@ COLUMNS = {
 EVAL_ROWS = 1024  # evaluation runs in chunks of this many rows: one compiled shape for every split
 CLIP_NORM = 1.0  # global gradient norm clip: keeps an early large batch error from wrecking the warmup
 END_LR_SHARE = 0.01  # the cosine decay ends at this share of the peak learning rate
-LOG_EVERY_S = 10.0  # progress line interval when stderr is not a terminal
 EXIT_BAD_INPUT = 2
 # The command's training settings (conf/train_restorer.yaml) and the results kept in the checkpoint's meta.
 SETTINGS = ("seed", "epochs", "batch_size", "learning_rate", "weight_decay", "warmup_steps", "patience")
@@ -190,7 +187,7 @@ def train(
     weight_decay: float,
     warmup_steps: int,
     patience: int,
-    progress: bool = True,
+    progress_interval_s: float = DEFAULT_INTERVAL_S,
 ):
     """Train a restorer of ``config`` on ``dataset`` (``load_dataset``'s arrays).
 
@@ -199,6 +196,10 @@ def train(
     and ``val_loss`` (MSE at the epoch's end) lists, ``best_epoch`` (1-based),
     ``best_val_loss``, ``test_mse`` and ``test_mae`` (buffer shares, best parameters) and
     the sample count of every split (``n_train``, ``n_validation``, ``n_test``).
+
+    Progress on stderr (``progress.py``): epochs done of ``epochs`` with an ETA (an upper
+    bound: early stopping may end sooner) and the losses, a line every
+    ``progress_interval_s`` off a terminal (0: none).
     """
     train_split = tuple(jnp.asarray(a) for a in _split(dataset, "train"))
     val_chunks, test_chunks = (_eval_chunks(_split(dataset, name)) for name in ("validation", "test"))
@@ -211,7 +212,7 @@ def train(
     params = best_params = init_params(config, init_key)
     opt_state = _optimizer(schedule).init(params)
     history = {"train_loss": [], "val_loss": [], "best_epoch": 0, "best_val_loss": float("inf")}
-    with _progress(epochs, progress) as report:
+    with Progress("training", total=epochs, unit="epochs", interval_s=progress_interval_s) as progress:
         for epoch in range(1, epochs + 1):
             index, weight = _batches(jax.random.fold_in(shuffle_key, epoch), n_train, batch)
             losses = []
@@ -226,7 +227,7 @@ def train(
             if history["val_loss"][-1] < history["best_val_loss"]:
                 history.update(best_epoch=epoch, best_val_loss=history["val_loss"][-1])
                 best_params = params
-            report(epoch, history)
+            progress.update(epoch, detail=_epoch_line(epoch, history))
             if epoch - history["best_epoch"] >= patience:
                 break
     test_mse, test_mae = _errors(config, best_params, test_chunks)
@@ -254,29 +255,6 @@ def _check_settings(epochs: int, batch_size: int, patience: int, warmup_steps: i
             f"warmup_steps must be in [0, {total_steps}) (the schedule's length: epochs × steps per epoch), "
             f"got {warmup_steps}"
         )
-
-
-@contextlib.contextmanager
-def _progress(epochs: int, enabled: bool):
-    """A callback ``report(epoch, history)``: a rich progress bar when stderr is a terminal,
-    else a line on stderr about every LOG_EVERY_S; nothing when not ``enabled``."""
-    if not enabled:
-        yield lambda epoch, history: None
-    elif sys.stderr.isatty():
-        columns = (TextColumn("training"), BarColumn(bar_width=16), MofNCompleteColumn(), TimeElapsedColumn())
-        columns += (TextColumn("{task.fields[losses]}"),)
-        with Progress(*columns, console=Console(stderr=True)) as bar:
-            task = bar.add_task("training", total=epochs, losses="")
-            yield lambda epoch, history: bar.update(task, completed=epoch, losses=_epoch_line(epoch, history))
-    else:
-        last = [time.monotonic()]
-
-        def report(epoch: int, history: dict) -> None:
-            if time.monotonic() - last[0] >= LOG_EVERY_S:
-                last[0] = time.monotonic()
-                print(f"epoch {epoch}/{epochs}: {_epoch_line(epoch, history)}", file=sys.stderr, flush=True)
-
-        yield report
 
 
 def _epoch_line(epoch: int, history: dict) -> str:
@@ -313,7 +291,7 @@ def run(cfg) -> dict:
     dataset = load_dataset(dataset_path)
     config = RestorerConfig(**cfg.model)
     settings = {key: cfg[key] for key in SETTINGS}
-    params, history = train(dataset, config, **settings)
+    params, history = train(dataset, config, **settings, progress_interval_s=cfg.progress_interval_s)
     results = {key: history[key] for key in RESULTS}
     meta = {"dataset": dataset_path.name, "n_scenarios": len(dataset["scenario_names"]), **results, **settings}
     out.parent.mkdir(parents=True, exist_ok=True)
