@@ -245,3 +245,12 @@ def small_experiments():
         experiment_from_config({"workload": {"flow_bytes": 20000}, "sim": {"seed": s, "sample_interval_us": 0}, "lb": lb})
         for s, lb in ((0, "ecmp"), (1, "spray"), (2, "flowlet"))
     ]
+
+
+def test_point_key_leaves_out_the_progress_cadence():
+    from multiverse_jax.sweep.results import point_key
+
+    config = {"cc": "none", "output": {"plots": True, "progress_interval_s": 10.0}}
+    assert point_key(config) == point_key({**config, "output": {"plots": True, "progress_interval_s": 2.0}})
+    assert point_key(config) != point_key({**config, "output": {"plots": False, "progress_interval_s": 10.0}})
+    assert config["output"]["progress_interval_s"] == 10.0  # the caller's config is left as it was

@@ -39,8 +39,16 @@ METRICS = (
 FINISHED = ("ok", "failed", "oom", "invalid")  # statuses a resumed sweep does not redo
 
 
+DISPLAY_ONLY = (("output", "progress_interval_s"),)  # keys that change what is printed, not the point
+
+
 def point_key(config: dict) -> str:
-    """A stable hash of a resolved config (what makes two points the same point)."""
+    """A stable hash of a resolved config (what makes two points the same point), leaving
+    out ``DISPLAY_ONLY`` keys: a re-run with another progress cadence still resumes."""
+    config = {**config}
+    for group, key in DISPLAY_ONLY:
+        if isinstance(config.get(group), dict) and key in config[group]:
+            config[group] = {k: v for k, v in config[group].items() if k != key}
     return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
