@@ -116,3 +116,41 @@ def _release_compiled_programs_near_the_map_limit():
 
         jax.clear_caches()
         gc.collect()
+
+
+# One persistent XLA compilation cache per test run, shared by the xdist workers and by the
+# processes they start (Ray's workers inherit the environment): a program one process
+# compiled is read back by the others instead of compiled again (measured: the suite ~1 min
+# faster on 2 cores, most of it Ray's workers no longer compiling what the tests did). The
+# cache is keyed by the program and the jax version, so it can never return another program.
+XLA_CACHE_SETTINGS = {
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": ("jax_persistent_cache_min_compile_time_secs", 0.0),
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": ("jax_persistent_cache_min_entry_size_bytes", 0),
+}
+
+
+_OWN_XLA_CACHE = []  # the cache folder this process made (the first to configure: xdist's controller)
+
+
+def pytest_configure(config):
+    import os
+    import tempfile
+
+    import jax
+
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):  # the user's own, or the controller's for this run
+        return
+    cache = tempfile.mkdtemp(prefix="multiverse-jax-tests-xla-cache-")
+    _OWN_XLA_CACHE.append(cache)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = cache  # the workers started after this inherit it
+    jax.config.update("jax_compilation_cache_dir", cache)
+    for env, (option, value) in XLA_CACHE_SETTINGS.items():
+        os.environ[env] = str(value)
+        jax.config.update(option, value)
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    for cache in _OWN_XLA_CACHE:
+        shutil.rmtree(cache, ignore_errors=True)

@@ -79,7 +79,6 @@ def _assert_same(got, want):
         np.testing.assert_array_equal(g.port_max_queue_bytes, w.port_max_queue_bytes)
 
 
-@pytest.mark.slow  # ~30 s; in CI test_sweep_through_ray_equals_the_local_sweep runs groups on Ray == local end to end
 def test_groups_on_ray_equal_local_runs(ray_cluster):
     outcomes = _run(GROUPS)
     assert ray_cluster.is_initialized()  # reused, not shut down
