@@ -14,7 +14,8 @@ Workloads (``workload.kind``):
 * ``permutation``: every host sends ``workload.flow_bytes`` to another host, the
   destinations a random derangement drawn with ``sim.seed``; all start at ``start_us``;
 * ``incast``: hosts 1..``workload.senders`` each send ``flow_bytes`` to host 0 at ``start_us``;
-* ``cm``: the htsim connection matrix at ``workload.path``;
+* ``cm``: the htsim connection matrix at ``workload.path`` (its failure lines fail
+  fat-tree cables, with those of ``topology.links_down``);
 * ``llm``, ``astra``, ``simai``, ``chakra``, ``goal``: a training iteration (a task graph),
   placed on the hosts by ``workload.placement``.
 
@@ -35,15 +36,16 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from multiverse_jax.conf.schema import TASK_WORKLOADS, Config, WorkloadKind
+from multiverse_jax.conf.schema import TASK_WORKLOADS, Config, TopologyKind, WorkloadKind
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.topology import build_topology
+from multiverse_jax.topology.failures import DOWN_KEY, htsim_failed_cables, with_link_changes
 from multiverse_jax.topology.graph import Topology
 from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload.collectives import CommConfig
 from multiverse_jax.workload.flows import FlowSet, make_flows
-from multiverse_jax.workload.htsim_cm import load_cm
+from multiverse_jax.workload.htsim_cm import read_cm
 from multiverse_jax.workload.placement import place, placement
 from multiverse_jax.workload.routes import load_routes
 from multiverse_jax.workload.tasks import TASK_FLOW, TaskGraph
@@ -168,8 +170,9 @@ def derangement(n: int, seed: int) -> np.ndarray:
 
 
 def _topology(c: Config) -> Topology:
+    """The configured fabric, with its cables failed or degraded from the start."""
     t = c.topology
-    return build_topology(
+    topology = build_topology(
         str(t.kind),
         k=t.k,
         leaves=t.leaves,
@@ -183,27 +186,36 @@ def _topology(c: Config) -> Topology:
         rate_gbps=c.link.rate_gbps,
         delay_us=c.link.delay_us,
     )
+    return with_link_changes(topology, t.links_down, t.link_rates_gbps)
 
 
-def _connection_matrix(c: Config, topology: Topology) -> FlowSet:
+def _connection_matrix(c: Config, topology: Topology) -> tuple[FlowSet, Topology]:
+    """The flows of the htsim connection matrix, and ``topology`` with its failure lines'
+    cables down too (htsim's fat-tree only)."""
     path = _path(c.workload.path)
     if path is None:
         raise InputError("workload.path must name an htsim connection matrix (.cm) when workload.kind is 'cm'")
-    flows = load_cm(path)
+    cm = read_cm(path)
+    flows = cm.flows
     if flows.n_hosts > topology.n_hosts:
         raise InputError(
             f"the connection matrix has Nodes {flows.n_hosts} but topology {topology.name} has only "
             f"{topology.n_hosts} hosts (workload.path needs at most {topology.n_hosts} nodes, or choose a larger topology)",
             source=path,
         )
-    return flows
+    if cm.failures and c.topology.kind != TopologyKind.fattree:
+        raise InputError(
+            f"failure lines name htsim fat-tree links: they need topology.kind=fattree, not {str(c.topology.kind)!r} "
+            f"(or fail links with {DOWN_KEY})",
+            source=path,
+            line=cm.failures[0].line,
+        )
+    return flows, with_link_changes(topology, htsim_failed_cables(topology, c.topology.k, cm.failures, path))
 
 
 def _flows(c: Config, topology: Topology) -> FlowSet:
-    """The flows of a flow workload (permutation, incast, cm)."""
+    """The flows of a generated flow workload (permutation, incast)."""
     w, n_hosts = c.workload, topology.n_hosts
-    if w.kind == WorkloadKind.cm:
-        return _connection_matrix(c, topology)
     start_ps = round(w.start_us * PS_PER_US)
     if w.kind == WorkloadKind.permutation:
         if n_hosts < 2:
@@ -340,7 +352,10 @@ def experiment_from_config(cfg) -> Experiment:
     c = load_config(cfg)
     topology = _topology(c)
     tasks = _task_graph(c, topology) if c.workload.kind in TASK_WORKLOADS else None
-    flows = tasks.flow_set() if tasks is not None else _flows(c, topology)
+    if c.workload.kind == WorkloadKind.cm:
+        flows, topology = _connection_matrix(c, topology)
+    else:
+        flows = tasks.flow_set() if tasks is not None else _flows(c, topology)
     routes_path = _path(c.workload.routes)
     experiment = Experiment(
         topology=topology,

@@ -89,8 +89,25 @@ class Experiment:
             raise InputError("the workload has no flows", source=flows.source)
         if self.tasks is not None:
             self._validate_tasks()
-        check_hosts(flows, self.topology.n_hosts, self.routing.hops)
+        topo = self.topology
+        check_hosts(flows, topo.n_hosts, self.routing.hops, topo.node_names, topo.links_down())
+        if self.routes is not None:
+            self._validate_pinned_links()
         check_triggers(flows)
+
+    def _validate_pinned_links(self) -> None:
+        """No pinned route crosses a link that is down."""
+        topo, flows = self.topology, self.flows
+        for kind, ports in (("data", self.routes.data_ports), ("ack", self.routes.ack_ports)):
+            bad = (ports >= 0) & ~topo.link_up[np.maximum(ports, 0)]
+            if bad.any():
+                f, hop = (int(i[0]) for i in np.nonzero(bad))
+                src, dst = (topo.node_names[h] for h in (flows.src[f], flows.dst[f]))
+                raise InputError(
+                    f"flow {int(flows.flow_id[f])} ({src}->{dst}): its pinned {kind} path (workload.routes) "
+                    f"crosses {topo.port_names()[ports[f, hop]]}, a link that is down "
+                    f"(links down: {', '.join(topo.links_down())})"
+                )
 
     def _validate_tasks(self) -> None:
         tasks, flows = self.tasks, self.flows

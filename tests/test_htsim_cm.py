@@ -137,8 +137,21 @@ HEAD = "Nodes 4\nConnections 2\n"
          "trigger id 1 barrier count 0\n", 5, "count must be > 0"),
         (HEAD + "0->1 id 1 start 0 size 5 send_done_trigger 1\n1->2 id 2 trigger 1 size 1\n"
          "trigger id 1 sometimes\n", 5, "unknown type 'sometimes'"),
-        (HEAD + "0->1 id 1 start 0 size 5\nfailure switch_type TOR switch_id 0 link_id 1\n", 4,
-         "link failures are not supported"),
+        # failure lines (htsim's fat-tree): as htsim checks them, and what it asserts or reads past
+        ("Failures 1\n" + HEAD + "0->1 id 1 start 0 size 5\n1->2 id 2 start 0 size 1\n"
+         "failure switch_type TOR switch_id 0 link_id 1\n", 6, "AGG switches only"),
+        ("Failures 1\n" + HEAD + "0->1 id 1 start 0 size 5\n1->2 id 2 start 0 size 1\n"
+         "failure switch_type AGG switch_id 0 port 1\n", 6, "unknown failure attribute 'port'"),
+        ("Failures 1\n" + HEAD + "0->1 id 1 start 0 size 5\n1->2 id 2 start 0 size 1\n"
+         "failure switch_type AGG switch_id 0 link_id\n", 6, "'link_id' is missing its value"),
+        ("Failures 1\n" + HEAD + "0->1 id 1 start 0 size 5\n1->2 id 2 start 0 size 1\n"
+         "failure switch_type AGG link_id 1\n", 6, "no 'switch_id'"),
+        ("Failures 1\n" + HEAD + "0->1 id 1 start 0 size 5\n1->2 id 2 start 0 size 1\n"
+         "failure switch_type AGG switch_id x link_id 1\n", 6, "failure switch_id: expected an integer"),
+        ("Failures 2\n" + HEAD + "0->1 id 1 start 0 size 5\n1->2 id 2 start 0 size 1\n"
+         "failure switch_type AGG switch_id 0 link_id 0\n", 1, "Failures 2 but the file has 1 failure lines"),
+        (HEAD + "0->1 id 1 start 0 size 5\n1->2 id 2 start 0 size 1\n"
+         "failure switch_type AGG switch_id 0 link_id 0\n", 5, "needs a 'Failures <F>' header"),
         ("Nodes 4\n0->1 id 1 start 0 size 5\n", 2, "missing header 'Connections'"),
         ("Connections 1\n\n0->1 id 1 start 0 size 5\n", 3, "missing header 'Nodes'"),
         (HEAD + "0->1 id 1 start 0 size 5\nNodes 5\n", 4, "must come before"),

@@ -32,7 +32,7 @@ import functools
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -271,6 +271,10 @@ class TopologyConfig(Group):
     gpus_per_server: int = 4  # rail
     servers_per_leaf: int = 2  # rail
     spines: int = 2  # rail
+    # Cables failed or degraded from the start (topology/failures.py), named 'a-b' by their
+    # nodes' names or ids (agg0-core2, tor1-h3): down cables are never routed over.
+    links_down: List[str] = field(default_factory=list)  # e.g. [agg0-core0]
+    link_rates_gbps: Dict[str, float] = field(default_factory=dict)  # e.g. {agg0-core0: 25}
 
 
 @dataclass

@@ -7,6 +7,10 @@ name hosts ``h{h}`` and switches by tier (``tor1``, ``agg2``, ``core0``; ``leaf0
 two directed links, 2u (a -> b) and 2u + 1 (b -> a); a directed link is also the egress
 port of its source node that feeds it, so "port p" and "link p" are the same index
 throughout the simulator, named ``src->dst`` by its nodes (``tor1->agg2``).
+
+A cable can be down (failed from the start: ``topology/failures.py``): its two directed
+links stay in the arrays, so port numbers do not change, but ``link_up`` is False and
+routing never uses them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class Topology:
     link_dst: np.ndarray  # (L,) int32 destination node of directed link l
     link_rate_bps: np.ndarray  # (L,) int64 line rate in bits per second
     link_delay_ps: np.ndarray  # (L,) int64 propagation delay in picoseconds
+    link_up: np.ndarray  # (L,) bool the link carries traffic (False: its cable is down, never routed to)
 
     @property
     def n_nodes(self) -> int:
@@ -63,6 +68,12 @@ class Topology:
         """(L,) str each egress port (directed link) by its nodes' names, ``src->dst``."""
         names = np.asarray(self.node_names, dtype=object)
         return names[self.link_src] + "->" + names[self.link_dst]
+
+    def links_down(self) -> list[str]:
+        """Each down cable once, as ``a-b`` by its nodes' names (the ``topology.links_down`` form)."""
+        names = self.node_names
+        down = np.flatnonzero(~self.link_up[0::2]) * 2  # a cable's first direction (2u)
+        return [f"{names[self.link_src[p]]}-{names[self.link_dst[p]]}" for p in down]
 
     def host_port(self) -> np.ndarray:
         """(n_hosts,) int32: the NIC egress port (directed link) of each host."""
@@ -128,4 +139,5 @@ def from_cables(
         link_dst=np.asarray(link_dst, np.int32),
         link_rate_bps=np.asarray(rate, np.int64),
         link_delay_ps=np.asarray(delay, np.int64),
+        link_up=np.ones(len(link_src), bool),
     )

@@ -1,7 +1,7 @@
 """Shortest-path ECMP next-hop tables, built once per topology on the host (NumPy).
 
 For every node v and destination host h, the table lists the egress ports (directed
-links) of v that lie on a shortest path to h, as a switch's ECMP group would; a flow's
+links) of v that lie on a shortest path to h over the links that are up, as a switch's ECMP group would; a flow's
 hash picks one of them at each hop.
 """
 
@@ -30,12 +30,14 @@ class EcmpTable:
 
 
 def _by_source(topology: Topology) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Links grouped by source node: (order, sources, starts).
+    """Links that are up, grouped by source node: (order, sources, starts).
 
-    ``order`` sorts links by source (stable, so by index within a node); ``sources`` are
-    the distinct source nodes and ``starts`` where each one's links begin in ``order``.
+    ``order`` lists the links that are up (``Topology.link_up``) sorted by source (stable,
+    so by index within a node): a down link is on no path. ``sources`` are the distinct
+    source nodes and ``starts`` where each one's links begin in ``order``.
     """
-    order = np.argsort(topology.link_src, kind="stable")
+    up = np.flatnonzero(topology.link_up)
+    order = up[np.argsort(topology.link_src[up], kind="stable")]
     src_sorted = topology.link_src[order]
     starts = np.flatnonzero(np.r_[True, src_sorted[1:] != src_sorted[:-1]]) if order.size else order
     return order, src_sorted[starts], starts
@@ -51,9 +53,9 @@ def hop_distances(topology: Topology) -> np.ndarray:
     n_hosts, n_nodes = topology.n_hosts, topology.n_nodes
     dist = np.full((n_hosts, n_nodes), UNREACHABLE, np.int32)
     dist[np.arange(n_hosts), np.arange(n_hosts)] = 0
-    if topology.n_links == 0:
-        return dist
     order, sources, starts = _by_source(topology)
+    if order.size == 0:
+        return dist
     dst_sorted = topology.link_dst[order]
     frontier = dist == 0  # level 0: each host itself, the only time a host is on it
     for level in range(1, n_nodes):
@@ -78,9 +80,9 @@ def ecmp_table(topology: Topology) -> EcmpTable:
     n_nodes, n_hosts = topology.n_nodes, topology.n_hosts
     dist = hop_distances(topology)  # (H, N)
     hops = np.ascontiguousarray(dist.T)
-    if topology.n_links == 0:
-        return EcmpTable(np.full((n_nodes, n_hosts, 1), -1, np.int32), np.zeros((n_nodes, n_hosts), np.int32), hops)
     order, sources, starts = _by_source(topology)
+    if order.size == 0:
+        return EcmpTable(np.full((n_nodes, n_hosts, 1), -1, np.int32), np.zeros((n_nodes, n_hosts), np.int32), hops)
     src, dst = topology.link_src[order], topology.link_dst[order]
     d_src = dist[:, src]  # (H, L), links in source order
     d_dst = dist[:, dst]

@@ -105,10 +105,12 @@ def make_flows(
     return flows
 
 
-def check_hosts(flows: FlowSet, n_hosts: int, hops: np.ndarray) -> None:
+def check_hosts(flows: FlowSet, n_hosts: int, hops: np.ndarray, node_names=None, links_down=()) -> None:
     """Every flow joins two different, existing, mutually reachable hosts.
 
-    ``hops`` is the routing table's (N, H) hop-count matrix (``UNREACHABLE`` where there is no path).
+    ``hops`` is the routing table's (N, H) hop-count matrix (``UNREACHABLE`` where there is
+    no path); ``node_names`` name the hosts in errors (default ``h{i}``), and an
+    unreachable destination's error names the cables ``links_down``.
     """
     for f in range(len(flows)):
         for role, host in (("src", flows.src[f]), ("dst", flows.dst[f])):
@@ -120,7 +122,9 @@ def check_hosts(flows: FlowSet, n_hosts: int, hops: np.ndarray) -> None:
         if flows.src[f] == flows.dst[f]:
             raise InputError(f"flow {flows.flow_id[f]}: src and dst are both host {flows.src[f]}", **flows.where(f))
         if hops[flows.src[f], flows.dst[f]] >= UNREACHABLE:
+            src, dst = (node_names[h] if node_names else f"h{h}" for h in (flows.src[f], flows.dst[f]))
+            down = f" with the links down ({', '.join(links_down)})" if links_down else ""
             raise InputError(
-                f"flow {flows.flow_id[f]}: destination h{flows.dst[f]} is unreachable from h{flows.src[f]}",
+                f"flow {flows.flow_id[f]} ({src}->{dst}): destination {dst} is unreachable from {src}{down}",
                 **flows.where(f),
             )

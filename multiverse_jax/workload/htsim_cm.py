@@ -1,17 +1,23 @@
 """Reader for htsim connection matrices (``.cm``), see shared/formats/htsim-cm.md.
 
-``load_cm(path)`` returns a validated :class:`FlowSet`. Every error is an
-:class:`InputError` that names the file and the 1-based line (``path:LINE: message``).
+``load_cm(path)`` returns a validated :class:`FlowSet`; ``read_cm(path)`` also returns
+the file's link failures. Every error is an :class:`InputError` that names the file and
+the 1-based line (``path:LINE: message``).
 
-Differences from htsim, on purpose:
+A failure line, ``failure switch_type AGG switch_id <i> link_id <j>``, removes (from the
+start) the cable between agg switch i and one of its cores, as htsim's fat-tree does
+(``topology.failures.htsim_failed_cable`` says which); as in htsim, ``Failures <F>`` must
+count the failure lines, and only AGG switches can fail links.
 
-* ``start`` is parsed exactly (decimal, then rounded to whole picoseconds), not through a
-  32-bit float, so ``start 123456789`` really starts at 123456789 ps;
-* link failures (``Failures`` / ``failure`` lines) are rejected as not supported yet.
+Differences from htsim, on purpose: ``start`` is parsed exactly (decimal, then rounded to
+whole picoseconds), not through a 32-bit float, so ``start 123456789`` really starts at
+123456789 ps; what htsim asserts or reads past (a failure with a missing value, a
+non-AGG switch) is an error naming the line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import os
 
@@ -25,6 +31,23 @@ from multiverse_jax.workload.triggers import check_triggers
 _HEADERS = ("Nodes", "Connections", "Triggers", "Failures")
 _FLOW_KEYS_WITH_VALUE = ("id", "start", "size", "trigger", "send_done_trigger", "recv_done_trigger", "prio")
 _FLOW_KEYS_NO_VALUE = ("addon",)
+
+
+@dataclasses.dataclass(frozen=True)
+class CmFailure:
+    """A ``failure`` line: agg switch ``switch_id``'s uplink ``link_id`` is down."""
+
+    switch_id: int
+    link_id: int
+    line: int  # 1-based line in the file
+
+
+@dataclasses.dataclass(frozen=True)
+class CmFile:
+    """A connection matrix: its flows and its link failures (in file order)."""
+
+    flows: FlowSet
+    failures: tuple[CmFailure, ...]
 
 
 def _error(message: str, path: str, line: int | None) -> InputError:
@@ -68,6 +91,7 @@ class _Reader:
         self.flows: list[dict] = []  # _parse_flow's records
         self.triggers: list[tuple[int, int, int, int]] = []  # (trigger id, kind, count, line)
         self.trigger_lines: dict[int, int] = {}  # trigger id -> line
+        self.failures: list[CmFailure] = []
 
     def read(self, tokens: list[str], number: int) -> None:
         head = tokens[0]
@@ -75,17 +99,16 @@ class _Reader:
             self.header(tokens, number)
             return
         self.start_body(number)
-        if head in ("failure", "Failure"):
-            message = "link failures are not supported yet (failure lines cannot be simulated; remove them)"
-            raise _error(message, self.source, number)
-        if head == "trigger":
+        if head == "failure":
+            self.failures.append(_parse_failure(tokens, self.source, number))
+        elif head == "trigger":
             self.triggers.append(_parse_trigger(tokens, self.source, number, self.trigger_lines))
         elif "->" in head:
             self.flows.append(_parse_flow(tokens, self.source, number, len(self.flows) + 1))
         else:
             raise _error(
                 f"unknown line starting with {head!r}: expected a header ({', '.join(_HEADERS)}), "
-                "a flow '<src>-><dst> ...', 'trigger id ...' or a comment '# ...'",
+                "a flow '<src>-><dst> ...', 'trigger id ...', 'failure ...' or a comment '# ...'",
                 self.source,
                 number,
             )
@@ -113,17 +136,21 @@ class _Reader:
                 raise _error(f"missing header {required!r} {where}", self.source, number)
 
     def check_counts(self) -> None:
-        """The file has as many flow and trigger lines as its headers announce, and no failures."""
+        """The file has as many flow, trigger and failure lines as its headers announce
+        (htsim: a failure line without a ``Failures`` header is one too many)."""
         self.require_headers("(every connection matrix starts with 'Nodes <N>' and 'Connections <M>')", None)
-        counts = (("Connections", "flow", len(self.flows)), ("Triggers", "trigger", len(self.triggers)))
+        counts = (
+            ("Connections", "flow", len(self.flows)),
+            ("Triggers", "trigger", len(self.triggers)),
+            ("Failures", "failure", len(self.failures)),
+        )
         for name, what, found in counts:
             if name in self.headers and self.headers[name][0] != found:
                 value, line = self.headers[name]
                 raise _error(f"{name} {value} but the file has {found} {what} lines", self.source, line)
-        failures, line = self.headers.get("Failures", (0, None))
-        if failures != 0:
-            message = f"Failures {failures}: link failures are not supported yet (use 'Failures 0' or drop the header)"
-            raise _error(message, self.source, line)
+        if self.failures and "Failures" not in self.headers:
+            message = f"a failure line needs a 'Failures <F>' header counting them (here Failures {len(self.failures)})"
+            raise _error(message, self.source, self.failures[0].line)
 
 
 # FlowSet field <- _parse_flow record key, dtype
@@ -171,7 +198,12 @@ def _resolved(records: list[dict], trigger_index: dict[int, int], n_nodes: int, 
 
 
 def load_cm(path) -> FlowSet:
-    """Read an htsim connection matrix into a validated FlowSet."""
+    """Read an htsim connection matrix into a validated FlowSet (its flows only)."""
+    return read_cm(path).flows
+
+
+def read_cm(path) -> CmFile:
+    """Read an htsim connection matrix: its validated flows and its link failures."""
     source = str(os.fspath(path))
     reader = _Reader(source)
     for number, text in enumerate(read_lines(source, "connection matrix file"), start=1):
@@ -186,7 +218,7 @@ def load_cm(path) -> FlowSet:
     flow_columns = {name: np.asarray([r[key] for r in records], dtype) for name, key, dtype in _FLOW_COLUMNS}
     flows = FlowSet(**flow_columns, triggers=Triggers(**trigger_columns), source=source, n_hosts=n_nodes)
     check_triggers(flows)
-    return flows
+    return CmFile(flows=flows, failures=tuple(reader.failures))
 
 
 def _parse_flow(tokens: list[str], path: str, line: int, position: int) -> dict:
@@ -257,3 +289,28 @@ def _parse_trigger(tokens: list[str], path: str, line: int, seen: dict[int, int]
         raise _error(f"trigger {tid}: 'count' only applies to barrier triggers, not {kind_name}", path, line)
     seen[tid] = line
     return tid, kind, 1 if count is None else count, line
+
+
+def _parse_failure(tokens: list[str], path: str, line: int) -> CmFailure:
+    """``failure switch_type AGG switch_id <i> link_id <j>`` (attributes in any order)."""
+    usage = "expected 'failure switch_type AGG switch_id <i> link_id <j>'"
+    values: dict[str, str] = {}
+    for i in range(1, len(tokens), 2):
+        key = tokens[i]
+        if key not in ("switch_type", "switch_id", "link_id"):
+            raise _error(f"unknown failure attribute {key!r}: {usage}", path, line)
+        if key in values:
+            raise _error(f"failure attribute {key!r} given twice", path, line)
+        if i + 1 >= len(tokens):
+            raise _error(f"failure attribute {key!r} is missing its value: {usage}", path, line)
+        values[key] = tokens[i + 1]
+    for key in ("switch_type", "switch_id", "link_id"):
+        if key not in values:
+            raise _error(f"failure line has no {key!r}: {usage}", path, line)
+    if values["switch_type"] != "AGG":
+        kind = values["switch_type"]
+        what = "htsim fails links of AGG switches only" if kind in ("TOR", "CORE") else "expected TOR, AGG or CORE"
+        raise _error(f"failure switch_type {kind!r}: {what} (its uplinks to the cores)", path, line)
+    switch_id = parse_int(values["switch_id"], "failure switch_id", path, line, minimum=0)
+    link_id = parse_int(values["link_id"], "failure link_id", path, line, minimum=0)
+    return CmFailure(switch_id=switch_id, link_id=link_id, line=line)

@@ -53,7 +53,7 @@ def load_routes(path, topology: Topology, flows: FlowSet) -> PinnedRoutes:
     for f in range(len(flows)):
         index_of_id.setdefault(int(flows.flow_id[f]), f)
     link_of: dict[tuple[int, int], int] = {}
-    for link in range(topology.n_links):
+    for link in np.argsort(~topology.link_up, kind="stable"):  # a cable that is up before a parallel one that is down
         link_of.setdefault((int(topology.link_src[link]), int(topology.link_dst[link])), link)
 
     paths: dict[tuple[int, str], list[int]] = {}
