@@ -5,6 +5,7 @@ errors, and the sweep helper."""
 
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_module
 
 from conftest import chain, run_small, store_and_forward_ps, wire_sizes
 from multiverse_jax.config import experiment_from_config
@@ -78,7 +79,10 @@ def test_quarter_rate_link_closed_form():
 
 
 def test_config_keys():
-    exp = experiment_from_config(_config(links_down=["agg0-core0", "33-29"], link_rates_gbps={"tor0-agg1": 25}))
+    """As Hydra overrides (the command line's syntax), node names and ids."""
+    with initialize_config_module("multiverse_jax.conf", version_base=None):
+        cfg = compose("config", overrides=["topology.links_down=[agg0-core0,33-29]", "topology.link_rates_gbps={tor0-agg1:25}"])
+    exp = experiment_from_config(cfg)
     topo = exp.topology
     assert topo.links_down() == ["agg0-core0", "agg5-core1"]  # ids: core1 is node 33, agg5 node 29
     rates = dict(zip(topo.port_names(), topo.link_rate_bps))

@@ -274,7 +274,10 @@ class TopologyConfig(Group):
     # Cables failed or degraded from the start (topology/failures.py), named 'a-b' by their
     # nodes' names or ids (agg0-core2, tor1-h3): down cables are never routed over.
     links_down: List[str] = field(default_factory=list)  # e.g. [agg0-core0]
-    link_rates_gbps: Dict[str, float] = field(default_factory=dict)  # e.g. {agg0-core0: 25}
+    # {cable: Gb/s}, e.g. {agg0-core0: 25}; null: none. Typed Any (checked by
+    # topology/failures.py): Hydra merges a dict override into a typed dict key by key,
+    # which its struct mode refuses for keys the default does not have.
+    link_rates_gbps: Any = None
 
 
 @dataclass

@@ -52,12 +52,18 @@ def point_key(config: dict) -> str:
     return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+# Dict-valued keys kept whole (one JSON column), not split into a column per dict key: a
+# model spec, and the cables of topology.link_rates_gbps (which differ from point to point).
+WHOLE_DICT_KEYS = ("workload.model", "topology.link_rates_gbps")
+
+
 def flatten(config: dict, prefix: str = "") -> dict:
-    """``{"switch": {"buffer_bytes": 1}}`` -> ``{"switch.buffer_bytes": 1}``; lists as JSON."""
+    """``{"switch": {"buffer_bytes": 1}}`` -> ``{"switch.buffer_bytes": 1}``; lists (and the
+    dicts of ``WHOLE_DICT_KEYS``) as JSON."""
     out = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and not (key == "model" and prefix == "workload."):
+        if isinstance(value, dict) and name not in WHOLE_DICT_KEYS:
             out.update(flatten(value, f"{name}."))
         elif isinstance(value, (dict, list, tuple)):
             out[name] = json.dumps(value, sort_keys=True)

@@ -202,3 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         print(sweep_override(build_topology(kind, **args), tier, rate))
     except InputError as exc:
         parser.exit(2, f"multiverse-jax-failures: {exc}\n")
+
+
+if __name__ == "__main__":
+    main()
