@@ -263,3 +263,36 @@ def test_where_selects_points_by_column_value(sweep, capsys):
     out = capsys.readouterr().out
     assert "where cc=none" in out and "best: job" in out and "cc=dcqcn" not in out.split("best: job")[1].splitlines()[0]
     assert main([str(sweep), "--where", "cc"]) == 2
+
+
+def test_metric_vs_failed_link(tmp_path, capsys):
+    """A sweep over single-link failures (``multiverse-jax-failures``): one bar per link
+    set, the healthy fabric first, labels from the JSON cells of the results table."""
+    from multiverse_jax.sweep.results import flatten
+
+    # The sweep's table keeps both keys whole, as JSON (not a column per cable).
+    point = {"topology": {"links_down": ["agg0-core0"], "link_rates_gbps": {"agg1-core1": 25.0}}}
+    assert flatten(point) == {"topology.links_down": '["agg0-core0"]', "topology.link_rates_gbps": '{"agg1-core1": 25.0}'}
+    down = ["[]", '["agg0-core0"]', '["agg0-core2"]', "[]"]
+    rates = ["{}", "{}", "{}", '{"agg1-core1": 25.0}']
+    n = len(down)
+    table = pa.table(
+        {
+            "job_num": pa.array(range(n), pa.int64()),
+            "job_dir": pa.array([str(i) for i in range(n)]),
+            "overrides": pa.array([""] * n),
+            "status": pa.array(["ok"] * n),
+            "reason": pa.array([""] * n),
+            "topology.links_down": pa.array(down),
+            "topology.link_rates_gbps": pa.array(rates),
+            "job_time_us": pa.array([10.0, 12.0, 11.0, 13.0]),
+        }
+    )
+    meta = {"config_columns": ["topology.links_down", "topology.link_rates_gbps"], "metric_columns": ["job_time_us"]}
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    pq.write_table(table.replace_schema_metadata({b"multiverse_jax": json.dumps(meta).encode()}), sweep / "results.parquet")
+    labels = [sweep_report.failed_link_label(row) for row in table.to_pylist()]
+    assert labels == ["healthy", "agg0-core0", "agg0-core2", "agg1-core1 25G"]
+    assert main([str(sweep)]) == 0
+    _assert_png(sweep / "report" / "metric_vs_failed_link.png")

@@ -26,7 +26,10 @@ in ``--out`` (default ``SWEEP_DIR/report/``):
 * ``fct_cdf.png``: the FCT CDFs of the ok points overlaid (at most ``MAX_CDF_CURVES``: the
   best and the worst half of that by the metric when there are more);
 * ``parallel_coordinates.png``: the design space, one axis per swept parameter plus the
-  metric, one line per ok point coloured by the metric.
+  metric, one line per ok point coloured by the metric;
+* ``metric_vs_failed_link.png``, when the sweep varies ``topology.links_down`` or
+  ``topology.link_rates_gbps`` (e.g. ``multiverse-jax-failures``' sweep): one bar per
+  failed (or degraded) link set, the metric's mean over its points, the healthy fabric first.
 
 With no swept parameter (a single design point) the first and the last are skipped.
 
@@ -73,6 +76,9 @@ METADATA_KEY = b"multiverse_jax"  # schema metadata: {"config_columns": [...], "
 METRIC_VS_PARAMS_FILE = "metric_vs_params.png"
 FCT_CDF_FILE = "fct_cdf.png"
 PARALLEL_FILE = "parallel_coordinates.png"
+FAILED_LINK_FILE = "metric_vs_failed_link.png"
+LINK_KEYS = ("topology.links_down", "topology.link_rates_gbps")  # the config keys of failed / degraded links
+HEALTHY = "healthy"  # the bar of the points with no link down or degraded
 
 STATUS_OK = "ok"
 STATUSES = ("ok", "failed", "oom", "invalid")  # the order the status counts are printed in
@@ -314,6 +320,47 @@ def plot_metric_vs_params(table: pa.Table, metric: str, params: list[str], path)
     return save(fig, path)
 
 
+def _decoded(value):
+    """A config cell that may hold a list or dict as JSON (the results table's non-scalars)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def failed_link_label(row: dict) -> str:
+    """The links a point fails or degrades: ``agg0-core0``, ``agg0-core0 25G``, joined by
+    ', '; ``healthy`` when none."""
+    down = _decoded(row.get("topology.links_down")) or []
+    rates = _decoded(row.get("topology.link_rates_gbps")) or {}
+    return ", ".join([*map(str, down), *(f"{cable} {_label(float(gbps))}G" for cable, gbps in rates.items())]) or HEALTHY
+
+
+def plot_metric_vs_failed_link(table: pa.Table, metric: str, path) -> Path:
+    """One bar per failed (or degraded) link set: the metric's mean over its ok points (each
+    point a dot), the healthy fabric first and as a dashed line, the others in table order."""
+    rows = _ok_with(table, metric).to_pylist()
+    groups: dict[str, list[float]] = {}
+    for row in sorted(rows, key=lambda r: failed_link_label(r) != HEALTHY):
+        groups.setdefault(failed_link_label(row), []).append(_as_float(row[metric]))
+    labels = list(groups)
+    fig = new_figure(max(5.0, 0.45 * len(labels) + 2.0), 4.2)
+    ax = fig.subplots()
+    ax.bar(range(len(labels)), [np.mean(groups[k]) for k in labels], color="tab:blue", alpha=0.7)
+    for i, label in enumerate(labels):
+        ax.scatter([i] * len(groups[label]), groups[label], s=10, color="black", zorder=3)
+    if HEALTHY in groups:
+        ax.axhline(np.mean(groups[HEALTHY]), color="tab:red", ls="--", lw=1, label=HEALTHY)
+        ax.legend(fontsize="x-small")
+    ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize="x-small")
+    ax.set_ylabel(metric)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"{metric} against the failed link ({len(rows)} ok points)", fontsize="medium")
+    return save(fig, path)
+
+
 def _cdf_points(table: pa.Table, metric: str) -> tuple[list[dict], bool]:
     """The ok points whose CDF is drawn (row dicts), best first, and whether that is a selection.
 
@@ -510,6 +557,8 @@ def write_plots(sweep_dir, table: pa.Table, metric: str, out_dir) -> tuple[dict[
             files["fct_cdf"] = cdf
         if params and has_metric:
             files["parallel_coordinates"] = plot_parallel_coordinates(table, metric, params, out_dir / PARALLEL_FILE)
+        if has_metric and any(key in params for key in LINK_KEYS):
+            files["metric_vs_failed_link"] = plot_metric_vs_failed_link(table, metric, out_dir / FAILED_LINK_FILE)
         search = read_search_file(sweep_dir)
         if search is not None:
             files.update(write_search_plots(table, search, out_dir))
