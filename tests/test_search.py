@@ -5,7 +5,7 @@ ingress and ECMP against packet spraying -- 36 points, four of them invalid (XON
 XOFF). The metrics differ between points (spraying reorders the senders' packets and
 stretches the mean FCT; a lower XOFF keeps queues short), so each test computes the
 answer with a full grid of the same points and checks the search against it. Every
-program here has the same shapes and 16 experiments (a search pads each ask to
+program here has the same shapes and 12 experiments (a search pads each ask to
 ``n_jobs``; the grid is padded the same way): one compilation serves the file.
 """
 
@@ -30,7 +30,7 @@ from multiverse_jax.sweep.search import best_so_far, objective_names, pareto_fro
 pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="needs the optional extra: pip install 'multiverse-jax[search]'")
 
 BASE = [
-    "workload=incast", "workload.flow_bytes=100000", "workload.senders=8", "sim.packets_per_host=120",
+    "workload=incast", "workload.flow_bytes=100000", "workload.senders=8", "sim.packets_per_host=64",
     "sim.sample_interval_us=0", "output=minimal",
 ]  # fmt: skip
 SPACE = {
@@ -38,7 +38,7 @@ SPACE = {
     "switch.pfc_xon_bytes": [10000, 20000, 50000],
     "lb": ["ecmp", "spray"],
 }
-N_JOBS = 16
+N_JOBS = 12
 
 
 def multirun(sweep_dir, *overrides) -> None:
@@ -80,11 +80,11 @@ def test_a_search_finds_the_grid_optimum_as_batched_programs_and_resumes(grid, t
 
     sweep_dir = tmp_path / "search"
     compiled = engine.advance._cache_size()
-    search(sweep_dir, "hydra.sweeper.n_trials=32", "hydra.sweeper.objective=fct_mean_us")
-    # 32 trials in two asks of 16, each ask one batched program of the same padded shape.
+    search(sweep_dir, "hydra.sweeper.n_trials=24", "hydra.sweeper.objective=fct_mean_us")
+    # 24 trials in two asks of 12, each ask one batched program of the same padded shape.
     assert engine.advance._cache_size() - compiled <= 1
     found = rows(sweep_dir)  # one row per distinct point (Optuna may ask for a point again)
-    assert all((sweep_dir / str(job) / "summary.json").is_file() for job in range(32))
+    assert all((sweep_dir / str(job) / "summary.json").is_file() for job in range(24))
     assert max(r["batch_size"] for r in found) <= N_JOBS
     assert any(r["status"] == "invalid" for r in found)  # told to Optuna as failed trials; the search went on
     best = min(r["fct_mean_us"] for r in found if r["status"] == "ok")
@@ -102,7 +102,7 @@ def test_a_search_finds_the_grid_optimum_as_batched_programs_and_resumes(grid, t
     real_run_chunk = groups.run_chunk
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(groups, "run_chunk", lambda e, *a, **k: simulated.append(len(e)) or real_run_chunk(e, *a, **k))
-        search(sweep_dir, "hydra.sweeper.n_trials=32", "hydra.sweeper.objective=fct_mean_us")
+        search(sweep_dir, "hydra.sweeper.n_trials=24", "hydra.sweeper.objective=fct_mean_us")
     assert simulated == []
     assert math.isclose(OmegaConf.load(sweep_dir / "optimization_results.yaml").best_value, best)
 
@@ -115,9 +115,9 @@ def test_a_two_objective_search_finds_the_grid_pareto_front(grid, tmp_path, caps
     assert 1 < len(grid_front) < len(ok)  # a real trade-off: queue against completion time
 
     sweep_dir = tmp_path / "search2"
-    search(sweep_dir, "hydra.sweeper.n_trials=32", f"hydra.sweeper.objective=[{','.join(objectives)}]",
+    search(sweep_dir, "hydra.sweeper.n_trials=24", f"hydra.sweeper.objective=[{','.join(objectives)}]",
            "hydra.sweeper.direction=[minimize,minimize]", "hydra/sweeper/sampler=nsgaii",
-           "hydra.sweeper.sampler.population_size=16")
+           "hydra.sweeper.sampler.population_size=12")
     solutions = OmegaConf.load(sweep_dir / "optimization_results.yaml").solutions
     assert {tuple(s["values"]) for s in solutions} == grid_front
 
