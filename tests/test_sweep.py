@@ -254,3 +254,17 @@ def test_point_key_leaves_out_the_progress_cadence():
     assert point_key(config) == point_key({**config, "output": {"plots": True, "progress_interval_s": 2.0}})
     assert point_key(config) != point_key({**config, "output": {"plots": False, "progress_interval_s": 10.0}})
     assert config["output"]["progress_interval_s"] == 10.0  # the caller's config is left as it was
+
+
+def test_a_point_repeated_in_one_sweep_is_simulated_once(monkeypatch, tmp_path):
+    """A search may ask for the same point twice in one ask: one simulation, two job dirs."""
+    sweep_dir = tmp_path / "sweep"
+    simulated = []
+    real_run_chunk = groups.run_chunk
+    monkeypatch.setattr(groups, "run_chunk", lambda e, *a, **k: simulated.append(len(e)) or real_run_chunk(e, *a, **k))
+    multirun(monkeypatch, sweep_dir, "lb=spray,spray")
+    assert simulated == [1]
+    rows = table(sweep_dir)
+    assert rows["job_num"] == [0] and rows["status"] == ["ok"]  # one row per distinct point
+    repeat = json.loads((sweep_dir / "1" / "summary.json").read_text())
+    assert repeat["status"] == "ok" and repeat["same_point_as"] == "0"

@@ -36,7 +36,7 @@ from rich.markup import escape
 from multiverse_jax.errors import InputError
 from multiverse_jax.progress import DEFAULT_INTERVAL_S, Progress, SimulationProgress
 from multiverse_jax.sweep.compose import PointComposer
-from multiverse_jax.sweep.results import METRICS, ResultsTable, point_key
+from multiverse_jax.sweep.results import METRICS, ResultsTable, metrics_of, point_key
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,29 @@ def _finish(point: Point, launcher, sweep_dir: Path, table: ResultsTable, group:
     return ret
 
 
+def _distinct(points) -> tuple[list[Point], dict[str, list[Point]]]:
+    """(the first point of each resolved config, the later points with the same config by
+    key): a search may ask for one point several times in one ask; it is simulated once."""
+    first: dict[str, Point] = {}
+    repeats: dict[str, list[Point]] = collections.defaultdict(list)
+    for point in points:
+        if point.key in first:
+            repeats[point.key].append(point)
+        else:
+            first[point.key] = point
+    return list(first.values()), dict(repeats)
+
+
+def _same_as(repeat: Point, point: Point, sweep_dir: Path) -> None:
+    """``repeat`` has ``point``'s outcome, like a point resumed from the table: its job
+    directory's summary names the job that holds the outputs."""
+    summary = point.result.summary if point.result is not None else {"status": point.status}
+    repeat.status, repeat.reason, repeat.resumed = point.status, point.reason, True
+    repeat.summary = metrics_of(summary)
+    job_dir = _job_dir(point, sweep_dir)
+    repeat.extra = {"same_point_as": str(job_dir.relative_to(sweep_dir) if job_dir.is_relative_to(sweep_dir) else job_dir)}
+
+
 def launch(launcher, job_overrides, initial_job_idx: int):
     """``Launcher.launch``: every point of ``job_overrides`` (numbered from ``initial_job_idx``)."""
     from hydra.core.utils import configure_log, setup_globals
@@ -197,11 +220,12 @@ def launch(launcher, job_overrides, initial_job_idx: int):
     composer = PointComposer(launcher.hydra_context.config_loader, launcher.config)
     for point in points:
         _prepare(point, composer, table, resume=bool(options.get("resume", True)), sweep_dir=sweep_dir)
-    pending = [p for p in points if p.status == "pending"]
+    pending, repeats = _distinct(p for p in points if p.status == "pending")
     resumed = sum(p.resumed for p in points)
     console.print(
         f"sweep of {len(points)} points in {sweep_dir}: {len(pending)} to simulate"
         + (f", {resumed} already done (resumed)" if resumed else "")
+        + (f", {sum(map(len, repeats.values()))} repeating another (simulated once)" if repeats else "")
         + (f", {sum(p.status in ('invalid', 'oom') and not p.resumed for p in points)} invalid or oom"),
         highlight=False,
         soft_wrap=True,
@@ -231,6 +255,9 @@ def launch(launcher, job_overrides, initial_job_idx: int):
                 point.status = result.summary["status"]
                 point.reason = result.summary.get("error", "") or ("" if point.status == "ok" else "did not finish")
             returns[point.job_num] = _finish(point, launcher, sweep_dir, table, gid, len(group.members))
+            for repeat in repeats.get(point.key, []):
+                _same_as(repeat, point, sweep_dir)
+                returns[repeat.job_num] = _finish(repeat, launcher, sweep_dir, table)
             done.append(point)
         table.write()
         points_progress.finished([p.result.summary if p.result is not None else {} for p in done])
