@@ -302,15 +302,7 @@ def test_header_comment(name):
     assert "# @package _global_" in block
 
 
-# The two biggest full-size sweeps (128-GPU parallelism splits, 128-host topologies: ~35 s
-# together) run with -m slow; their small versions, which use the same option files, are
-# checked exhaustively in CI.
-SLOW_CONFIGS = ("parallelism", "topology")
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CONFIGS else c for c in CONFIGS]
-)
+@pytest.mark.parametrize("name", CONFIGS)
 def test_every_point_is_valid(name, hydra_experiments, memoized_generate):
     start = time.perf_counter()
     points = sweep_points(name)
