@@ -200,14 +200,12 @@ def metric_of(summary: dict, workload: str) -> float:
 
 
 def pareto_front(points: list[dict], cost: str, metric: str = "job_time_us") -> list[dict]:
-    """The ok points that no other ok point beats on both ``cost`` and ``metric`` (lower is better)."""
+    """The ok points that no other ok point beats on both ``cost`` and ``metric`` (lower is
+    better; ``multiverse_jax.sweep.search.pareto_front``), cheapest first."""
+    from multiverse_jax.sweep.search import pareto_front as front_indices
+
     ok = sorted((p for p in points if p["status"] == "ok"), key=lambda p: (p[cost], p[metric]))
-    front, best = [], math.inf
-    for p in ok:
-        if p[metric] < best:
-            front.append(p)
-            best = p[metric]
-    return front
+    return [ok[i] for i in front_indices([[p[cost], p[metric]] for p in ok], ["minimize", "minimize"])]
 
 
 def _json_safe(value):
