@@ -22,6 +22,7 @@ from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HybridRestore, SimM
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
+from multiverse_jax.ops.link_events import with_epoch_flow_paths
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE
 from multiverse_jax.restorer.features import N_HISTORY
 
@@ -54,27 +55,37 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
     def biggest(f):
         return max(f(e) for e in experiments)
 
+    def longest(e, hops_of):
+        """The largest ``hops_of(table)`` over the experiment's epochs' ECMP tables."""
+        return max(int(hops_of(table)) for table in e.epoch_routing)
+
     def switch_hops(e):
-        """Switch hops of the experiment's longest flow path (0 unless it runs HPCC)."""
+        """Switch hops of the experiment's longest flow path in any epoch (0 unless it runs HPCC)."""
         if e.cc != "hpcc":
             return 0
-        hops = int(e.routing.hops[e.flows.src, e.flows.dst].max(initial=1)) - 1
+        hops = longest(e, lambda t: t.hops[e.flows.src, e.flows.dst].max(initial=1)) - 1
         pinned = e.routes.max_links - 1 if e.routes is not None else 0
         return max(hops, pinned)
 
     def path_len(e):
-        """Links of the experiment's longest data or ACK path (1 unless it runs at flow level
-        or hybrid, whose partitions are the flows that share a port)."""
+        """Links of the experiment's longest data or ACK path in any epoch (1 unless it runs
+        at flow level or hybrid, whose partitions are the flows that share a port)."""
         if e.sim.mode == SimMode.packet:
             return 1
-        there = e.routing.hops[e.flows.src, e.flows.dst].max(initial=1)
-        back = e.routing.hops[e.flows.dst, e.flows.src].max(initial=1)
+        there = longest(e, lambda t: t.hops[e.flows.src, e.flows.dst].max(initial=1))
+        back = longest(e, lambda t: t.hops[e.flows.dst, e.flows.src].max(initial=1))
         pinned = e.routes.max_links if e.routes is not None else 1
         return int(max(there, back, pinned))
 
+    def inexact(e):
+        """Some link rate of some epoch does not divide 8e12 bit-ps/s."""
+        return any(bool(np.any(PS_BITS_PER_BYTE % epoch.topology.link_rate_bps != 0)) for epoch in e.epochs)
+
     # PFC decisions still travelling cover the longest link delay: that many windows and two
     # more, each window appending PFC_ENTRIES_PER_WINDOW entries per link.
+    # A window cut short at a timed link event is one window more within a link delay.
     windows = biggest(lambda e: math.ceil(int(e.topology.link_delay_ps.max()) / int(e.topology.link_delay_ps.min())) + 2)
+    windows += biggest(lambda e: len(e.epochs) - 1)
     history = PFC_ENTRIES_PER_WINDOW * windows
     flow_level = _flow_level(experiments)  # no packets and no samples: a pool and a ring of one
     sampling = any(e.sim.sample_interval_us > 0 for e in experiments) and not flow_level
@@ -85,7 +96,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         n_flows=max(1, biggest(lambda e: len(e.flows))),
         n_triggers=max(1, biggest(lambda e: len(e.flows.triggers))),
         n_activators=max(1, biggest(lambda e: e.triggers[0].shape[1])),
-        route_width=biggest(lambda e: e.routing.width),
+        route_width=biggest(lambda e: max(table.width for table in e.epoch_routing)),
         pinned_len=max(1, biggest(lambda e: (e.routes.max_links if e.routes is not None else 1))),
         n_data_classes=1 + biggest(lambda e: int(e.flows.prio.max(initial=0))),
         slots_per_host=1 if flow_level else slots_per_host,
@@ -97,9 +108,10 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         path_len=biggest(path_len),
         flow_level=flow_level,
         steady_window=max(1, biggest(lambda e: e.hybrid.window if e.sim.mode == SimMode.hybrid else 1)),
+        n_link_epochs=biggest(lambda e: len(e.epochs)),
         restorer_history=N_HISTORY if any(_learned_restore(e) for e in experiments) else 1,
         window_bits=biggest(lambda e: int(e.topology.link_delay_ps.min()).bit_length()),
-        inexact_rates=any(bool(np.any(PS_BITS_PER_BYTE % e.topology.link_rate_bps != 0)) for e in experiments),
+        inexact_rates=any(inexact(e) for e in experiments),
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
     )
 
@@ -168,15 +180,11 @@ def build_batch(
 def with_flow_paths(params: Params) -> Params:
     """``params`` (a batch) with every flow's data and ACK path and their idle-path times
     filled in (``ops.paths``): the flow-level step reads them at every event, and the hybrid
-    step at every rate sample (partitions, port loads), so they are routed once, here."""
+    step at every rate sample (partitions, port loads), so they are routed once, here (for
+    each epoch between link events: ``ops.link_events``)."""
 
-    def one(p: Params):
+    def flow_paths(p: Params):
         data, ack = paths.flow_paths(p)
-        return p.flows.replace(
-            flow_data_path=data,
-            flow_ack_path=ack,
-            flow_data_tail_ps=paths.data_tail_ps(p, data),
-            flow_ack_path_ps=paths.ack_path_ps(p, ack),
-        )
+        return data, ack, paths.data_tail_ps(p, data), paths.ack_path_ps(p, ack)
 
-    return params.replace(flows=jax.vmap(one)(params))
+    return jax.vmap(lambda p: with_epoch_flow_paths(p, flow_paths))(params)

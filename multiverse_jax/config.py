@@ -373,6 +373,7 @@ def experiment_from_config(cfg) -> Experiment:
         workload=c.workload,
         sim=c.sim,
         hybrid=c.hybrid,
+        link_events=OmegaConf.to_container(v) if OmegaConf.is_config(v := c.topology.link_events) else v,
     )
     experiment.validate()
     return experiment

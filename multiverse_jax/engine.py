@@ -27,6 +27,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.ops.link_events import params_at
 from multiverse_jax.systems.ack import ack
 from multiverse_jax.systems.cc import congestion_control
 from multiverse_jax.systems.clock import clock
@@ -79,7 +80,11 @@ def step(params: Params, state: State) -> State:
 
     A flow-level batch (``params.static.flow_level``) runs ``SYSTEMS_FLOW`` instead: its
     window is the time from one flow event to the next.
+
+    With timed link events the step runs on the fabric of the epoch the window starts in,
+    and the window ends at the next event (``ops/link_events.py``).
     """
+    params = params_at(params, state.time_ps)
     window_end_ps = state.time_ps + params.window_ps
     for name, system in SYSTEMS_FLOW if params.static.flow_level else SYSTEMS:
         with jax.named_scope(name):

@@ -13,6 +13,7 @@ class InputError(ValueError):
     def __init__(self, message: str, *, source: str | None = None, line: int | None = None):
         self.source = source
         self.line = line
+        self.message = message  # without the place
         where = ""
         if source is not None:
             where = f"{source}:{line}: " if line is not None else f"{source}: "

@@ -31,7 +31,8 @@ from multiverse_jax.conf.schema import (
 )
 from multiverse_jax.errors import InputError
 from multiverse_jax.topology.graph import Topology
-from multiverse_jax.topology.routing import EcmpTable, ecmp_table
+from multiverse_jax.topology.link_events import LinkEpoch, LinkEvent, as_link_events, link_epochs
+from multiverse_jax.topology.routing import UNREACHABLE, EcmpTable, ecmp_table
 from multiverse_jax.workload.flows import FlowSet, check_hosts
 from multiverse_jax.workload.routes import PinnedRoutes
 from multiverse_jax.workload.tasks import TaskGraph
@@ -58,10 +59,22 @@ class Experiment:
     sim: SimConfig = dataclasses.field(default_factory=SimConfig)  # sim.seed, max_time_us, sample_interval_us, mode
     hybrid: HybridConfig = dataclasses.field(default_factory=HybridConfig)  # hybrid.*: steady-state detection
     ecmp: EcmpTable | None = None  # the routing of ``topology`` if already built (shared between experiments)
+    link_events: tuple[LinkEvent, ...] = ()  # topology.link_events: timed failures, recoveries, rate changes
 
     def __post_init__(self):
         object.__setattr__(self, "cc", choice(CcKind, "cc", self.cc))
         object.__setattr__(self, "lb", choice(LbKind, "lb", self.lb))
+        object.__setattr__(self, "link_events", as_link_events(self.link_events))
+
+    @functools.cached_property
+    def epochs(self) -> tuple[LinkEpoch, ...]:
+        """The fabric between link events (``topology/link_events.py``): epoch 0 is ``topology``."""
+        return link_epochs(self.topology, self.link_events)
+
+    @functools.cached_property
+    def epoch_routing(self) -> tuple[EcmpTable, ...]:
+        """The ECMP tables of each epoch (epoch 0's is ``routing``)."""
+        return (self.routing,) + tuple(ecmp_table(epoch.topology) for epoch in self.epochs[1:])
 
     @functools.cached_property
     def routing(self) -> EcmpTable:
@@ -91,13 +104,39 @@ class Experiment:
             self._validate_tasks()
         topo = self.topology
         check_hosts(flows, topo.n_hosts, self.routing.hops, topo.node_names, topo.links_down())
+        for epoch, routing in zip(self.epochs[1:], self.epoch_routing[1:]):
+            self._validate_epoch(epoch, routing)
         if self.routes is not None:
-            self._validate_pinned_links()
+            for epoch in self.epochs:
+                self._validate_pinned_links(epoch)
         check_triggers(flows)
 
-    def _validate_pinned_links(self) -> None:
-        """No pinned route crosses a link that is down."""
-        topo, flows = self.topology, self.flows
+    def _validate_epoch(self, epoch: LinkEpoch, routing: EcmpTable) -> None:
+        """After a link event, every flow's hosts still reach each other, and every switch
+        that could reach a flow's host before it still can (a packet on its way there when
+        the event happens must find a route on)."""
+        after = f"after {'; '.join(e.describe() for e in epoch.events)} (topology.link_events): "
+        topo = epoch.topology
+        try:
+            check_hosts(self.flows, topo.n_hosts, routing.hops, topo.node_names, topo.links_down())
+        except InputError as exc:
+            raise InputError(after + exc.message, source=exc.source, line=exc.line) from None
+        hosts = np.unique(np.concatenate([self.flows.src, self.flows.dst]))
+        before = self.routing.hops[:, hosts] < UNREACHABLE
+        stranded = before & (routing.hops[:, hosts] >= UNREACHABLE)
+        stranded[: topo.n_hosts] = False  # hosts never forward
+        if stranded.any():
+            node, h = (int(i[0]) for i in np.nonzero(stranded))
+            raise InputError(
+                after + f"switch {topo.node_names[node]} can no longer reach host {topo.node_names[hosts[h]]}, "
+                "so a packet on its way through it would have no route (links down: "
+                f"{', '.join(topo.links_down())})"
+            )
+
+    def _validate_pinned_links(self, epoch: LinkEpoch) -> None:
+        """No pinned route crosses a link that is down (from the start, or after an event)."""
+        topo, flows = epoch.topology, self.flows
+        when = f" after {'; '.join(e.describe() for e in epoch.events)}" if epoch.events else ""
         for kind, ports in (("data", self.routes.data_ports), ("ack", self.routes.ack_ports)):
             bad = (ports >= 0) & ~topo.link_up[np.maximum(ports, 0)]
             if bad.any():
@@ -105,7 +144,7 @@ class Experiment:
                 src, dst = (topo.node_names[h] for h in (flows.src[f], flows.dst[f]))
                 raise InputError(
                     f"flow {int(flows.flow_id[f])} ({src}->{dst}): its pinned {kind} path (workload.routes) "
-                    f"crosses {topo.port_names()[ports[f, hop]]}, a link that is down "
+                    f"crosses {topo.port_names()[ports[f, hop]]}, a link that is down{when} "
                     f"(links down: {', '.join(topo.links_down())})"
                 )
 

@@ -51,6 +51,8 @@ def pipeline_ps(ready_ps, wire, rates_bps, delays_ps):
 
     F(i, j) = max(F(i, j-1) + d_{j-1}, F(i-1, j)) + wire_i * 8 / R_j: packet i finishes
     serialising on link j; it is ready at the first link at ready_ps[i]. Integers, ps.
+    A rate may be a function of the packet's start time on the link (a timed rate change
+    applies to the next packet that starts).
     """
     prev = None
     arrivals = []
@@ -60,7 +62,8 @@ def pipeline_ps(ready_ps, wire, rates_bps, delays_ps):
             start = ready if j == 0 else cur[j - 1] + delays_ps[j - 1]
             if prev is not None:
                 start = max(start, prev[j])
-            cur.append(start + -(-w * 8 * 10**12 // rate))
+            bps = rate(start) if callable(rate) else rate
+            cur.append(start + -(-w * 8 * 10**12 // bps))
         prev = cur
         arrivals.append(cur[-1] + delays_ps[-1])
     return arrivals
@@ -86,7 +89,7 @@ def chain(rates_gbps, delays_us):
     return from_cables(f"chain{hops}", names, 2, cables)
 
 
-__all__ = ["SMALL", "run_small", "wire_sizes", "store_and_forward_ps", "chain", "build_batch", "np"]
+__all__ = ["SMALL", "run_small", "wire_sizes", "pipeline_ps", "store_and_forward_ps", "chain", "build_batch", "np"]
 
 
 # Every compiled XLA program keeps memory mappings for its code; a whole suite in one

@@ -11,6 +11,7 @@ from flax import struct
 
 from multiverse_jax.components.cc import CcParams, CcState, cc_params, initial_cc_state
 from multiverse_jax.components.flows import FlowParams, FlowState, flow_params, flow_start_ps, initial_flow_state
+from multiverse_jax.components.link_events import LinkEventParams, link_event_params
 from multiverse_jax.components.links import LinkParams, LinkState, initial_link_state, link_params
 from multiverse_jax.components.nodes import NicParams, NodeParams, nic_params, node_params
 from multiverse_jax.components.packets import PacketState, initial_packet_state
@@ -76,6 +77,7 @@ class Params:
     flowlet_gap_ps: chex.Array  # () int64 idle time after which a flow starts a new flowlet
     sample_interval_ps: chex.Array  # () int64 time between time-series samples (> 0)
     steady: SteadyParams  # hybrid mode: steady-state detection (components/steady.py)
+    link_events: LinkEventParams  # the fabric of each epoch between timed link events (components/link_events.py)
 
 
 @struct.dataclass
@@ -123,6 +125,7 @@ def experiment_params(exp: Experiment, s: Static) -> Params:
         flowlet_gap_ps=ps_from_us(exp.switch.flowlet_gap_us),
         sample_interval_ps=np.int64(max(1, round(exp.sim.sample_interval_us * PS_PER_US))),
         steady=steady_params(exp),
+        link_events=link_event_params(exp, s),
     )
 
 

@@ -35,6 +35,8 @@ class Static:
     #   packet (hpcc.int_queue=with_packet): transmit looks ahead at the packets in flight to each port
     flow_level: bool = False  # the step is the flow-level one (sim.mode=flow): a different compiled program
     steady_window: int = 1  # L: rate samples kept per flow (hybrid.window; 1 when no experiment is hybrid)
+    n_link_epochs: int = 1  # K: fabrics between timed link events (1 + most event times of an experiment;
+    #   1: no experiment has topology.link_events, and the epoch selection is compiled out)
 
     @property
     def n_slots(self) -> int:

@@ -278,6 +278,9 @@ class TopologyConfig(Group):
     # topology/failures.py): Hydra merges a dict override into a typed dict key by key,
     # which its struct mode refuses for keys the default does not have.
     link_rates_gbps: Any = None
+    # Timed events (topology/link_events.py): a list of {at_us, link, action: down|up|rate,
+    # gbps (rate only)}, e.g. [{at_us: 50, link: agg0-core0, action: down}]; null: none.
+    link_events: Any = None
 
 
 @dataclass

@@ -37,7 +37,7 @@ from multiverse_jax.components.static import Static
 # different size (so sim.mode=flow points never share a batch with packet or hybrid ones).
 BUCKETED_FIELDS = (
     "n_nodes", "n_hosts", "n_ports", "n_flows", "n_triggers", "n_activators", "route_width",
-    "pinned_len", "int_hops", "n_tasks", "task_deps", "path_len",
+    "pinned_len", "int_hops", "n_tasks", "task_deps", "path_len", "n_link_epochs",
 )
 WORKING_SET_FACTOR = 4  # device memory of a running batch / size of its params + state (estimate)
 

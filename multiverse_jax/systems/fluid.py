@@ -7,7 +7,8 @@ data paths (``ops.maxmin``: strict priority classes, class 0 first; equal weight
 class), on the path per-flow ECMP or a pinned route gives them (``ops.paths``; congestion
 control, load balancing other than per-flow ECMP, queues, PFC and ECN are not modelled).
 The next event is the earliest of: an active flow sending its last byte at its rate, a
-flow beginning (at a known time: by time, trigger or task). Every active flow advances to
+flow beginning (at a known time: by time, trigger or task), a timed link event (the step
+then runs on the new epoch's rates and paths: ``ops/link_events.py``). Every active flow advances to
 it, and the rates change only there. Task finishes are not events of their own: the
 ``schedule`` system has already turned each known finish into the exact start times of
 the flows that wait on it, and those are. ``flow_clock`` fails an experiment whose clock
@@ -38,6 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_STALLED, Params, State
+from multiverse_jax.ops.link_events import next_event_ps
 from multiverse_jax.ops.maxmin import maxmin_rates
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE
 from multiverse_jax.units import NEVER
@@ -64,6 +66,8 @@ def to_next_event(params: Params, state: State) -> State:
     first_drain = jnp.min(drain_ps)
     next_begin = jnp.min(jnp.where(fp.flow_valid & (fs.flow_begin_ps > now), fs.flow_begin_ps, NEVER))
     event = jnp.minimum(next_begin, jnp.where(first_drain == NEVER, NEVER, now + first_drain))
+    if params.static.n_link_epochs > 1:  # a link event changes rates and paths: the rates change there
+        event = jnp.minimum(event, next_event_ps(params, now))
     stalled = event == NEVER  # nothing sending, nothing to begin, yet not done
     at_ps = jnp.where(stalled, now, event)
     drained = active & (drain_ps <= at_ps - now)

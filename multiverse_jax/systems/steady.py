@@ -12,7 +12,8 @@ frozen (``ops/freeze.py``): its packets, ports and timers stop where they are, a
 planned to end when its first flow has only ``margin_packets`` left to send at its rate, or
 when a drifting flow's trend would move its rate too far (``ops/steady.py``).
 
-``thaw`` (first in the step): a frozen partition thaws at its planned end, or at the
+``thaw`` (first in the step): a frozen partition thaws at its planned end (which is never
+after a timed link event that moves one of its flows), or at the
 start of a flow that crosses one of its ports (a flow or task starting anywhere else
 leaves it frozen). It resumes ``delta`` later than it froze, its flows credited with the
 packets they sent at their steady rates meanwhile; their rate rings start again.
@@ -30,6 +31,7 @@ import jax.numpy as jnp
 from multiverse_jax.components.experiment import LB_ECMP, Params, State
 from multiverse_jax.components.steady import FROZEN_OFFSET_PS
 from multiverse_jax.ops.freeze import advance_flows, move_times
+from multiverse_jax.ops.link_events import next_move_ps
 from multiverse_jax.ops.partitions import partition_labels
 from multiverse_jax.ops.maxmin import maxmin_rates
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE, port_queue_bytes
@@ -175,9 +177,10 @@ def _next_known_start_ps(params: Params, state: State, window_end_ps):
 def _plan(params: Params, state: State, window_end_ps, candidate, rate, trend, horizon_ps):
     """Which flows freeze now (F,) bool, their partitions (F,) int32 and planned ends (F,) int64.
 
-    A phase is planned to end at the earliest of its flows' margins and drift horizons and
-    the next known start of a flow that crosses its ports (which would end it then); one
-    shorter than a sample interval is not begun."""
+    A phase is planned to end at the earliest of its flows' margins and drift horizons, the
+    next known start of a flow that crosses its ports (which would end it then), and the
+    next timed link event that moves one of its flows (changes its paths, or a link on them:
+    ``ops/link_events.py``); one shorter than a sample interval is not begun."""
     n_flows = params.static.n_flows
     member = watched(params, state, window_end_ps)
     label = partition_labels(partition_ports(params), member, params.static.n_ports)
@@ -186,6 +189,7 @@ def _plan(params: Params, state: State, window_end_ps, candidate, rate, trend, h
     to_margin_ps = jnp.floor(_to_margin_ps(params, state, rate, trend))
     end_ps = window_end_ps + jnp.minimum(jnp.minimum(to_margin_ps, 2.0**60).astype(jnp.int64), horizon_ps)
     end_ps = jnp.minimum(end_ps, _next_known_start_ps(params, state, window_end_ps))
+    end_ps = jnp.minimum(end_ps, next_move_ps(params, window_end_ps))  # a link event on its paths ends it
     end_ps = jnp.full(n_flows + 1, NEVER).at[slot].min(jnp.where(candidate, end_ps, NEVER))
     end_ps = jnp.minimum(end_ps, params.max_time_ps + 1)[slot]
     long_enough = end_ps - window_end_ps >= params.steady.sample_interval_ps
