@@ -53,8 +53,9 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
         errors.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return EXIT_BAD_INPUT
 
+    events = "".join(f"; {e.describe()}" for e in experiment.link_events)  # timed link events, in list order
     console.print(
-        f"{experiment.topology.name}: {experiment.topology.n_hosts} hosts, {len(experiment.flows)} flows",
+        f"{experiment.topology.name}: {experiment.topology.n_hosts} hosts, {len(experiment.flows)} flows{events}",
         highlight=False,
         soft_wrap=True,
     )

@@ -3,6 +3,8 @@ down cable and leaves other flows bit for bit alone, a batch of single-link fail
 each run alone, a degraded link meets the closed form, htsim's ``.cm`` failure lines, the
 errors, and the sweep helper."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
@@ -144,6 +146,28 @@ def test_cm_failures_parse_and_run(tmp_path):
     result = run_small([exp])[0]
     assert result.ok and (result.flows["rx_bytes"] == 20_000).all()
     assert all("agg0->core0" not in p and "core0->agg0" not in p for p in flow_path_names(exp))
+
+
+HTSIM_CMS = Path(__file__).parents[2] / "shared" / "peers" / "csg-htsim" / "sim" / "datacenter" / "connection_matrices"
+
+
+@pytest.mark.skipif(not HTSIM_CMS.is_dir(), reason=f"{HTSIM_CMS} is not beside this checkout (htsim's example files)")
+def test_htsim_example_cm_with_failure_lines_runs(tmp_path):
+    """htsim's own 16-host permutation (perm_16n_16c_2MB.cm) with a Failures header and two
+    failure lines, as htsim's ConnectionMatrix::load reads them: both cables down, every
+    byte delivered, no path over them."""
+    text = (HTSIM_CMS / "perm_16n_16c_2MB.cm").read_text()
+    header, _, rest = text.partition("\n7->5")
+    path = tmp_path / "perm_failures.cm"
+    failures = "failure switch_type AGG switch_id 2 link_id 0\nfailure switch_type AGG switch_id 7 link_id 1\n"
+    path.write_text(f"{header}\nFailures 2\n7->5{rest.rstrip()}\n{failures}")
+    config = {"topology": {"kind": "fattree", "k": 4}, "workload": {"kind": "cm", "path": str(path)}}
+    exp = experiment_from_config(config)
+    assert exp.topology.links_down() == ["agg2-core0", "agg7-core3"]
+    result = run_small([exp], slots_per_host=512)[0]  # 2 MB flows congested under PFC: more in flight
+    assert result.ok and (result.flows["rx_bytes"] == 2_000_000).all()
+    down = {"agg2->core0", "core0->agg2", "agg7->core3", "core3->agg7"}
+    assert not any(link in p for p in flow_path_names(exp) for link in down)
 
 
 @pytest.mark.parametrize(

@@ -105,6 +105,12 @@ def test_failure_mid_run_reroutes_after_the_event():
         np.testing.assert_array_equal(failed.flows[column][:7], down.flows[column][:7])
         np.testing.assert_array_equal(failed.flows[column][7:], healthy.flows[column][7:])
     assert (failed.flows["rx_bytes"] == 20_000).all()
+    # flows.parquet's path: the late flows' paths are the down fabric's; a flow alive across
+    # both events lists each path it was given.
+    named = flow_path_names(failed_exp, failed.flows["start_ps"], failed.flows["rx_finish_ps"])
+    assert list(named[:7]) == list(down_paths[:7]) and list(named[7:]) == list(healthy_paths[7:])
+    spanning = flow_path_names(failed_exp, np.zeros(10, np.int64), np.full(10, 90 * PS))
+    assert spanning[6] == f"{healthy_paths[6]} then {down_paths[6]} then {healthy_paths[6]}"
 
 
 def test_single_timed_failures_batched_equal_each_alone():
@@ -170,12 +176,16 @@ def test_hybrid_partition_thaws_at_an_event_on_its_path():
     """Two steady hybrid flows frozen at flow level; a rate change on flow 0's path ends its
     steady phase at the event's picosecond (planned when it froze), flow 1's partition stays
     frozen across it, and both finish like the packet-level run within 1 %."""
-    size = 4_000_000
+    size = 1_500_000
     flows = make_flows([0, 4], [1, 5], [size, size], [0, 0])
-    at_ps = 250 * PS  # after both froze (8 samples of 20 µs), before they finish (330 µs)
-    events = [{"at_us": 250.0, "link": "tor0-h1", "action": "rate", "gbps": 50}]
-    exps = [Experiment(K4, flows, sim=SimConfig(mode=mode, sample_interval_us=0), link_events=events) for mode in ("packet", "hybrid")]
-    shapes = dataclasses.replace(SMALL, n_link_epochs=3, steady_window=HybridConfig().window)
+    at_ps = 80 * PS  # after both froze (4 samples of 5 µs), before they finish (124 µs)
+    events = [{"at_us": 80.0, "link": "tor0-h1", "action": "rate", "gbps": 50}]
+    hybrid = HybridConfig(window=4, sample_interval_us=5.0)
+    exps = [
+        Experiment(K4, flows, sim=SimConfig(mode=mode, sample_interval_us=0), hybrid=hybrid, link_events=events)
+        for mode in ("packet", "hybrid")
+    ]
+    shapes = dataclasses.replace(SMALL, n_link_epochs=3, steady_window=4)
     batch = build_batch(exps[1:], static=shapes, slots_per_host=shapes.slots_per_host)
     state = batch.state
     while int(state.time_ps[0]) < at_ps:  # one window (or jump) at a time, up to the event
@@ -190,9 +200,10 @@ def test_hybrid_partition_thaws_at_an_event_on_its_path():
     packet, hybrid = simulate(exps, slots_per_host=shapes.slots_per_host, static=shapes)
     assert packet.ok and hybrid.ok
     np.testing.assert_allclose(hybrid.flows["fct_ps"], packet.flows["fct_ps"], rtol=0.01)
-    # Flow 1 is untouched; flow 0 sends the rest of its bytes at half rate from 250 µs.
+    # Flow 1 is untouched; flow 0 sends the rest of its bytes at half rate from the event
+    # (but for the few µs of packets already past the link then: within 3 %).
     healthy_ps = int(packet.flows["fct_ps"][1])
-    np.testing.assert_allclose(packet.flows["fct_ps"][0], at_ps + 2 * (healthy_ps - at_ps), rtol=0.01)
+    np.testing.assert_allclose(packet.flows["fct_ps"][0], at_ps + 2 * (healthy_ps - at_ps), rtol=0.03)
 
 
 def test_epochs_and_config_keys():
@@ -251,3 +262,41 @@ def test_unreachable_after_an_event_names_the_event_and_flow():
     exp = Experiment(K4, make_flows([0], [9], [1000], [0]), link_events=[{"at_us": 7, "link": "h9-tor4", "action": "down"}])
     with pytest.raises(InputError, match=r"after h9-tor4 down at 7 µs \(topology.link_events\): flow 0 \(h0->h9\): destination"):
         exp.validate()
+
+
+def test_timed_failure_sweep_override_parses_and_labels():
+    """``multiverse-jax-failures --at-us 5 --up-us 9``: the healthy point, then one point per
+    agg-core cable failing at 5 µs and back at 9 µs; Hydra parses each point into an
+    experiment with those events, and the report labels the points by their event."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from multiverse_jax.report.sweep_report import failed_link_label
+    from multiverse_jax.sweep.results import flatten
+    from multiverse_jax.topology.failures import sweep_override
+
+    text = sweep_override(K4, "agg-core", at_us=5, up_us=9)
+    assert text.startswith("topology.link_events=[],[{at_us:5,link:agg0-core0,action:down},{at_us:9,link:agg0-core0,action:up}],")
+    override = OverridesParser.create().parse_overrides([text])[0]
+    points = list(override.sweep_string_iterator())
+    assert len(points) == 17 and points[0] == "[]"
+    with initialize_config_module("multiverse_jax.conf", version_base=None):
+        cfg = compose("config", overrides=["workload.kind=permutation", f"topology.link_events={points[1]}"])
+        exp = experiment_from_config(cfg)
+    assert [e.describe() for e in exp.link_events] == ["agg0-core0 down at 5 µs", "agg0-core0 up at 9 µs"]
+    row = flatten({"topology": {"link_events": [{"at_us": 5, "link": "agg0-core0", "action": "down"}]}})
+    assert failed_link_label(row) == "agg0-core0 down@5µs"
+    rate = sweep_override(K4, "agg-core", rate_gbps=25, at_us=2)
+    assert "[{at_us:2,link:agg0-core0,action:rate,gbps:25}]" in rate
+    with pytest.raises(InputError, match="--up-us needs --at-us"):
+        sweep_override(K4, "agg-core", up_us=3)
+
+
+def test_timed_failures_and_the_healthy_fabric_form_one_group():
+    from multiverse_jax.sweep.groups import make_groups
+
+    flows = make_flows([0, 4], [9, 13], [10_000] * 2, [0, 0])
+    exps = [Experiment(K4, flows)] + [
+        Experiment(K4, flows, link_events=[{"at_us": 3.0, "link": c, "action": "down"}]) for c in ("agg0-core0", "agg1-core1")
+    ]
+    groups = make_groups(exps, [{"slots_per_host": 40}] * 3)
+    assert len(groups) == 1 and groups[0].static.n_link_epochs == 2 and groups[0].members == (0, 1, 2)

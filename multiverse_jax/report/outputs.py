@@ -270,7 +270,7 @@ def named_flows(result, experiment, paths: bool) -> dict[str, np.ndarray]:
     names = np.asarray(experiment.topology.node_names)
     flows = {**result.flows, "src_name": names[result.flows["src"]], "dst_name": names[result.flows["dst"]]}
     if paths:
-        flows["path"] = flow_path_names(experiment)
+        flows["path"] = flow_path_names(experiment, result.flows["start_ps"], result.flows["rx_finish_ps"])
     return flows
 
 

@@ -27,8 +27,8 @@ in ``--out`` (default ``SWEEP_DIR/report/``):
   best and the worst half of that by the metric when there are more);
 * ``parallel_coordinates.png``: the design space, one axis per swept parameter plus the
   metric, one line per ok point coloured by the metric;
-* ``metric_vs_failed_link.png``, when the sweep varies ``topology.links_down`` or
-  ``topology.link_rates_gbps`` (e.g. ``multiverse-jax-failures``' sweep): one bar per
+* ``metric_vs_failed_link.png``, when the sweep varies ``topology.links_down``,
+  ``topology.link_rates_gbps`` or ``topology.link_events`` (e.g. ``multiverse-jax-failures``' sweep): one bar per
   failed (or degraded) link set, the metric's mean over its points, the healthy fabric first.
 
 With no swept parameter (a single design point) the first and the last are skipped.
@@ -77,7 +77,7 @@ METRIC_VS_PARAMS_FILE = "metric_vs_params.png"
 FCT_CDF_FILE = "fct_cdf.png"
 PARALLEL_FILE = "parallel_coordinates.png"
 FAILED_LINK_FILE = "metric_vs_failed_link.png"
-LINK_KEYS = ("topology.links_down", "topology.link_rates_gbps")  # the config keys of failed / degraded links
+LINK_KEYS = ("topology.links_down", "topology.link_rates_gbps", "topology.link_events")  # the config keys of failed / degraded links
 HEALTHY = "healthy"  # the bar of the points with no link down or degraded
 
 STATUS_OK = "ok"
@@ -335,7 +335,15 @@ def failed_link_label(row: dict) -> str:
     ', '; ``healthy`` when none."""
     down = _decoded(row.get("topology.links_down")) or []
     rates = _decoded(row.get("topology.link_rates_gbps")) or {}
-    return ", ".join([*map(str, down), *(f"{cable} {_label(float(gbps))}G" for cable, gbps in rates.items())]) or HEALTHY
+    events = _decoded(row.get("topology.link_events")) or []
+    labels = [*map(str, down), *(f"{cable} {_label(float(gbps))}G" for cable, gbps in rates.items())]
+    return ", ".join(labels + [_event_label(e) for e in events]) or HEALTHY
+
+
+def _event_label(event: dict) -> str:
+    """A timed link event: ``agg0-core0 down@50µs``, ``tor0-agg1 25G@10µs``."""
+    what = f"{_label(float(event.get('gbps', 0)))}G" if event.get("action") == "rate" else event.get("action")
+    return f"{event.get('link')} {what}@{_label(float(event.get('at_us', 0)))}µs"
 
 
 def plot_metric_vs_failed_link(table: pa.Table, metric: str, path) -> Path:

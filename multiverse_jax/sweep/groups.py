@@ -37,7 +37,7 @@ from multiverse_jax.components.static import Static
 # different size (so sim.mode=flow points never share a batch with packet or hybrid ones).
 BUCKETED_FIELDS = (
     "n_nodes", "n_hosts", "n_ports", "n_flows", "n_triggers", "n_activators", "route_width",
-    "pinned_len", "int_hops", "n_tasks", "task_deps", "path_len", "n_link_epochs",
+    "pinned_len", "int_hops", "n_tasks", "task_deps", "path_len",
 )
 WORKING_SET_FACTOR = 4  # device memory of a running batch / size of its params + state (estimate)
 
@@ -74,12 +74,19 @@ class Group:
 
 
 def make_groups(experiments: Sequence[Experiment], options: Sequence[dict]) -> list[Group]:
-    """Group points by (bucket of their shapes, simulate options), in order of first appearance."""
+    """Group points by (bucket of their shapes, simulate options), in order of first appearance.
+
+    Timed link events do not split groups: a point is keyed by its shapes without its
+    events, and the group pads every member to the most epochs of any (so a sweep over
+    timed failures and the healthy fabric is one program)."""
     buckets: dict = {}
     exact = []
     for i, (experiment, opts) in enumerate(zip(experiments, options)):
         exact.append(exact_static(experiment, **opts))
-        key = (bucket_of(exact[-1]), tuple(sorted((k, str(v)) for k, v in opts.items())))
+        keyed = exact[-1]
+        if experiment.link_events:
+            keyed = exact_static(dataclasses.replace(experiment, link_events=(), ecmp=experiment.routing), **opts)
+        key = (bucket_of(keyed), tuple(sorted((k, str(v)) for k, v in opts.items())))
         buckets.setdefault(key, []).append(i)
     return [
         Group(static=union([exact[i] for i in members]), options=dict(options[members[0]]), members=tuple(members))

@@ -12,9 +12,9 @@ For a sweep, ``tier_cables`` lists the cables between two tiers (``agg-core``,
 ``tor-agg``, ``leaf-spine``, ``host-tor`` ...; a node's tier is its name without the
 number, hosts are ``host``) and ``sweep_override`` turns them into a Hydra ``-m``
 override with one point per cable, plus the healthy fabric:
-``multiverse-jax-failures --topology fattree --k 4 --tier agg-core``.
-
-Timed events (a link that fails or changes rate during a run) are not built yet.
+``multiverse-jax-failures --topology fattree --k 4 --tier agg-core``; with ``--at-us T``
+each cable fails (or degrades) at time T instead (``topology.link_events``, timed events:
+``topology/link_events.py``), and with ``--up-us T2`` comes back at T2.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from multiverse_jax.units import BPS_PER_GBPS
 
 DOWN_KEY = "topology.links_down"
 RATES_KEY = "topology.link_rates_gbps"
+EVENTS_KEY = "topology.link_events"  # timed events: topology/link_events.py
 
 
 def _node(topology: Topology, token: str) -> int | None:
@@ -169,14 +170,37 @@ def tier_cables(topology: Topology, tier: str) -> list[str]:
     return pairs[wanted]
 
 
-def sweep_override(topology: Topology, tier: str, rate_gbps: float | None = None) -> str:
+def sweep_override(
+    topology: Topology, tier: str, rate_gbps: float | None = None, at_us: float | None = None, up_us: float | None = None
+) -> str:
     """The Hydra ``-m`` override of a sweep over every single cable of ``tier`` failed (or
-    at ``rate_gbps``), first point the healthy fabric."""
+    at ``rate_gbps``), first point the healthy fabric. From the start, or with ``at_us``
+    as a timed event (``topology.link_events``) at that time, and back up at ``up_us``."""
     cables = tier_cables(topology, tier)
+    if rate_gbps is not None:
+        _rate_bps("--rate-gbps", rate_gbps)
+    if at_us is not None:
+        return _timed_override(cables, rate_gbps, at_us, up_us)
+    if up_us is not None:
+        raise InputError("--up-us needs --at-us: a cable comes back up only after a timed event")
     if rate_gbps is None:
         return f"{DOWN_KEY}=" + ",".join(["[]"] + [f"[{c}]" for c in cables])
-    _rate_bps("--rate-gbps", rate_gbps)
     return f"{RATES_KEY}=" + ",".join(["{}"] + [f"{{{c}:{rate_gbps:g}}}" for c in cables])
+
+
+def _timed_override(cables, rate_gbps, at_us: float, up_us: float | None) -> str:
+    """``topology.link_events=[],[{at_us: T, link: c, action: down}, ...],...``."""
+    if not (math.isfinite(at_us) and at_us >= 0):
+        raise InputError(f"--at-us must be a finite time >= 0, got {at_us}")
+    if up_us is not None and not (math.isfinite(up_us) and up_us > at_us):
+        raise InputError(f"--up-us must be later than --at-us ({at_us:g}), got {up_us}")
+    action = "action:down" if rate_gbps is None else f"action:rate,gbps:{rate_gbps:g}"
+
+    def events(cable):
+        first = f"{{at_us:{at_us:g},link:{cable},{action}}}"
+        return f"[{first},{{at_us:{up_us:g},link:{cable},action:up}}]" if up_us is not None else f"[{first}]"
+
+    return f"{EVENTS_KEY}=" + ",".join(["[]"] + [events(c) for c in cables])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -186,11 +210,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="multiverse-jax-failures",
         description="Print a Hydra -m override: the healthy fabric, then every cable of a tier pair failed "
-        "(or degraded with --rate-gbps). Give the topology as the run's topology.* keys.",
+        "(or degraded with --rate-gbps), from the start or at --at-us. Give the topology as the run's topology.* keys.",
     )
     parser.add_argument("--topology", choices=KINDS, default="fattree", help="topology.kind")
     parser.add_argument("--tier", required=True, help="two tiers joined by '-': agg-core, tor-agg, host-tor, leaf-spine ...")
     parser.add_argument("--rate-gbps", type=float, default=None, help="degrade each cable to this rate instead of failing it")
+    parser.add_argument("--at-us", type=float, default=None, help="fail (or degrade) each cable at this time, µs (default: from the start)")
+    parser.add_argument("--up-us", type=float, default=None, help="with --at-us: bring the cable back up at this time, µs")
     for name, kind in (("k", int), ("leaves", int), ("hosts-per-leaf", int), ("oversubscription", float)):
         parser.add_argument(f"--{name}", type=kind, default=argparse.SUPPRESS, help=f"topology.{name.replace('-', '_')}")
     for name in ("servers", "gpus-per-server", "servers-per-leaf", "spines"):
@@ -198,8 +224,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--path", default=argparse.SUPPRESS, help="topology.path (custom)")
     args = vars(parser.parse_args(argv))
     kind, tier, rate = args.pop("topology"), args.pop("tier"), args.pop("rate_gbps")
+    at_us, up_us = args.pop("at_us"), args.pop("up_us")
     try:
-        print(sweep_override(build_topology(kind, **args), tier, rate))
+        print(sweep_override(build_topology(kind, **args), tier, rate, at_us, up_us))
     except InputError as exc:
         parser.exit(2, f"multiverse-jax-failures: {exc}\n")
 
