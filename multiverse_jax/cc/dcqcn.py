@@ -123,7 +123,7 @@ def on_send(cp: CcParams, st: DcqcnState, sent, wire_bytes, start_ps) -> DcqcnSt
     """Byte counter: flows that sent a packet (``sent`` (F,)) count its bytes; every
     ``byte_counter`` bytes schedule an increase event at that send time."""
     counted = st.flow_bytes_counted + jnp.where(sent & st.flow_rate_limited, wire_bytes, 0)
-    full = counted >= cp.dcqcn_byte_counter_bytes
+    full = sent & (counted >= cp.dcqcn_byte_counter_bytes)  # at a send only: a round sending nothing changes nothing
     return st.replace(
         flow_bytes_counted=jnp.where(full, counted - cp.dcqcn_byte_counter_bytes, counted),
         flow_byte_event_ps=jnp.where(full, jnp.minimum(st.flow_byte_event_ps, start_ps), st.flow_byte_event_ps),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.custom_batching import custom_vmap
 
 
 def at_most_once(needed, fn, value):
@@ -14,3 +15,41 @@ def at_most_once(needed, fn, value):
     it is given (always True inside), or XLA hoists work that depends only on values from
     outside the loop out of it, and runs it every time."""
     return jax.lax.while_loop(lambda c: c[0], lambda c: (jnp.bool_(False), fn(c[0], c[1])), (needed, value))[1]
+
+
+def while_any(cond, body, init, consts):
+    """``lax.while_loop`` of ``cond(consts, carry)`` / ``body(consts, carry)`` from ``init``
+    (``consts``: what the loop reads but never changes; pass every array the functions use
+    here, not in a closure).
+
+    Alone, or in a ``lax.map`` over experiments, it is that loop. Under vmap, JAX would run
+    a loop with a per-experiment condition as long as any experiment needs it, and after
+    every trip select, element by element, between the new carry and the old for each
+    experiment: a copy and a select of every carry array per trip (for a carry that holds
+    the packet pool, work that grows with the pool, not the packets). Here the batched loop
+    runs its vmapped body while ``cond`` holds for any experiment and keeps no old carry:
+    so ``body`` must leave a carry for which ``cond`` is False exactly as it is (a fixed
+    point; e.g. a transmit round in which no port can send changes nothing). Results are
+    then the same, bit for bit, batched or alone.
+    """
+
+    @custom_vmap
+    def loop(init, consts):
+        return jax.lax.while_loop(lambda c: cond(consts, c), lambda c: body(consts, c), init)
+
+    @loop.def_vmap
+    def loop_batched(axis_size, in_batched, init, consts):
+        init, consts = _all_batched(axis_size, in_batched, (init, consts))
+        run = jax.vmap(cond)
+        step = jax.vmap(body)
+        out = jax.lax.while_loop(lambda c: jnp.any(run(consts, c)), lambda c: step(consts, c), init)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return loop(init, consts)
+
+
+def _all_batched(axis_size: int, in_batched, values):
+    """``values`` with every leaf that is not batched broadcast along a new leading axis."""
+    return jax.tree.map(
+        lambda x, batched: x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x)), values, tuple(in_batched)
+    )

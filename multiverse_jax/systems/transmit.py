@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from multiverse_jax.components.experiment import CC_HPCC, ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops import marking, nic, pfc, queues
+from multiverse_jax.ops.lockstep import while_any
 from multiverse_jax.ops.packets import at_host, in_flight, serialization_ps
 from multiverse_jax.ops.routing import route
 from multiverse_jax.ops.segments import count_by
@@ -351,10 +352,13 @@ def transmit(params: Params, state: State, window_end_ps) -> State:
     free = nic.free_slots(params, state.packets)
     upcoming = upcoming_egress(params, state.packets)
     serving = Serving(state, queues.queue_start(order), jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
-    serving = jax.lax.while_loop(
-        lambda serving: serving.sent,
-        lambda serving: serve_round(params, serving, window_end_ps, order, free, upcoming),
+    # A round in which no port sends changes nothing, so a lockstep batch runs rounds until
+    # no experiment sends, without keeping each experiment's carry (ops/lockstep.while_any).
+    serving = while_any(
+        lambda consts, serving: serving.sent,
+        lambda consts, serving: serve_round(consts[0], serving, *consts[1:]),
         serving,
+        (params, window_end_ps, order, free, upcoming),
     )
     # The queue at the window's end closes the exact maximum (see watch_queues).
     everywhere = jnp.ones(params.static.n_ports, bool)
