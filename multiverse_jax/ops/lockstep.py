@@ -8,13 +8,41 @@ from jax.custom_batching import custom_vmap
 
 
 def at_most_once(needed, fn, value):
-    """``fn(True, value)`` where ``needed`` (() bool), else ``value``: a while loop of at
-    most one trip. Under vmap a ``lax.cond`` on a per-experiment flag runs both branches
-    for every experiment; this loop runs its body only when some experiment of the batch
-    needs it (and keeps the others' values). ``fn`` must make its work depend on the flag
-    it is given (always True inside), or XLA hoists work that depends only on values from
-    outside the loop out of it, and runs it every time."""
-    return jax.lax.while_loop(lambda c: c[0], lambda c: (jnp.bool_(False), fn(c[0], c[1])), (needed, value))[1]
+    """``fn(True, value)`` where ``needed`` (() bool), else ``value``.
+
+    Alone, or in a ``lax.map`` over experiments, a while loop of at most one trip (``fn``
+    must make its work depend on the flag it is given, always True inside, or XLA hoists
+    work that depends only on values from outside the loop out of it, and runs it every
+    time). Under vmap a ``lax.cond`` on a per-experiment flag runs both branches for every
+    experiment, and a loop with a per-experiment condition copies and selects its carry;
+    here the batch runs ``fn`` (vmapped, flag per experiment) in a ``lax.cond`` on whether
+    any experiment needs it, and only then selects the results of those that do.
+    """
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(needed, value)  # what fn closes over -> consts
+    treedef = jax.tree.structure(out_shape)
+
+    def run(consts, go, value):
+        return jax.tree.unflatten(treedef, jax.core.eval_jaxpr(closed.jaxpr, consts, go, *jax.tree.leaves(value)))
+
+    @custom_vmap
+    def once(needed, value, consts):
+        body = lambda c: (jnp.bool_(False), run(consts, c[0], c[1]))  # noqa: E731
+        return jax.lax.while_loop(lambda c: c[0], body, (needed, value))[1]
+
+    @once.def_vmap
+    def once_batched(axis_size, in_batched, needed, value, consts):
+        needed_batched, value_batched, consts_batched = in_batched
+        needed, value = _all_batched(axis_size, (needed_batched, value_batched), (needed, value))
+        consts_axes = [0 if batched else None for batched in consts_batched]
+
+        def taken(needed, value, consts):
+            new = jax.vmap(run, in_axes=(consts_axes, 0, 0))(consts, needed, value)
+            return jax.tree.map(lambda n, o: jnp.where(needed.reshape((-1,) + (1,) * (n.ndim - 1)), n, o), new, value)
+
+        out = jax.lax.cond(jnp.any(needed), taken, lambda needed, value, consts: value, needed, value, consts)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return once(needed, value, list(closed.consts))
 
 
 def while_any(cond, body, init, consts):

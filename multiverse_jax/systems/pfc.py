@@ -29,11 +29,20 @@ from multiverse_jax.components.experiment import ERROR_PFC_TOGGLES, Params, Stat
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
 from multiverse_jax.ops.lockstep import at_most_once
 from multiverse_jax.ops.pfc import counted_until_ps
+from multiverse_jax.ops.queues import SMALLEST_SORT
 from multiverse_jax.ops.segments import compact, count_by
 
-PFC_EVENTS_PER_LINK = 2  # room per link for the window's events of links near a threshold (more: the full sort)
+PFC_EVENTS_PER_LINK = 2  # room per link for the window's events of links near a threshold (more: a larger sort)
 KEY_BITS = 63  # bits of a sort key; events whose link, time and index do not fit sort the index as an operand
 PFC_COMPACT_ABOVE = 8192  # a pool with at most this many events (2 per slot) always takes the full sort: one path to compile
+
+
+def event_sort_sizes(n_keys: int, n_ports: int) -> list[int]:
+    """Place counts a window's PFC events are sorted in, smallest first: a few per link,
+    then 4 times more each step (from ``SMALLEST_SORT``), then every key (``n_keys``)."""
+    first = max(1, min(n_keys, PFC_EVENTS_PER_LINK * n_ports))
+    larger = [SMALLEST_SORT * 4**i for i in range(n_keys.bit_length())]
+    return [first] + [n for n in larger if first < n < n_keys] + ([n_keys] if first < n_keys else [])
 
 
 def _window_traffic(params: Params, state: State, window_end_ps):
@@ -169,25 +178,37 @@ def _decisions(params: Params, state: State, window_end_ps, traffic, events):
 
 def pfc(params: Params, state: State, window_end_ps) -> State:
     links = state.links
-    traffic = _window_traffic(params, state, window_end_ps)
-    keys = _event_keys(params, state, window_end_ps, traffic, _near_threshold(params, state, traffic))
-    # The events of links near a threshold, compacted and sorted: a few per link per window.
-    # When more than that come at once, the full sort (at most one trip, and only then).
-    # A small pool sorts all its events (fewer programs to compile).
-    every_index = jnp.arange(keys.key.shape[0], dtype=jnp.int32)
+    n_keys = 2 * params.static.n_slots  # an event key per slot's departure and per slot's arrival
 
-    def full_sort(go, _):
-        events = _sorted_events(params, window_end_ps, traffic, keys, jnp.where(go, keys.key, keys.none), every_index)
-        return _decisions(params, state, window_end_ps, traffic, events)
+    def sorted_in(n_places: int, go):
+        """The decisions from the window's events sorted in ``n_places`` places (a small
+        pool: every key, unpacked), and the number of events. Computed from the state here,
+        not passed in: a larger sort runs rarely, and what it would read otherwise would be
+        kept in memory every window."""
+        traffic = _window_traffic(params, state, window_end_ps)
+        keys = _event_keys(params, state, window_end_ps, traffic, _near_threshold(params, state, traffic))
+        every_index = jnp.arange(n_keys, dtype=jnp.int32)
+        if n_keys <= PFC_COMPACT_ABOVE:
+            events = _sorted_events(params, window_end_ps, traffic, keys, jnp.where(go, keys.key, keys.none), every_index)
+        else:
+            columns = (keys.key, keys.none), (every_index, 0)
+            (packed, packed_index), _ = compact(keys.is_event & go, n_places, *columns)
+            events = _sorted_events(params, window_end_ps, traffic, keys, packed, packed_index)
+        return _decisions(params, state, window_end_ps, traffic, events), jnp.sum(keys.is_event, dtype=jnp.int32)
 
-    if keys.key.shape[0] <= PFC_COMPACT_ABOVE:
-        decided, states, pauses, n_changes = full_sort(True, None)
+    if n_keys <= PFC_COMPACT_ABOVE:  # a small pool sorts all its events (fewer programs to compile)
+        decided, states, pauses, n_changes = sorted_in(n_keys, True)[0]
     else:
-        capacity = max(1, min(keys.key.shape[0], PFC_EVENTS_PER_LINK * params.static.n_ports))
-        (packed, packed_index), overflow = compact(keys.is_event, capacity, (keys.key, keys.none), (every_index, 0))
-        events = _sorted_events(params, window_end_ps, traffic, keys, packed, packed_index)
-        decisions = _decisions(params, state, window_end_ps, traffic, events)
-        decided, states, pauses, n_changes = at_most_once(overflow, full_sort, decisions)
+        # The events of links near a threshold, compacted and sorted: a few per link per
+        # window. When more come at once, the smallest place count that holds them runs (at
+        # most once per size; in a lockstep batch, the sizes some experiment needs): a window
+        # sorts about as many places as it has events near a threshold, not the pool's size.
+        sizes = event_sort_sizes(n_keys, params.static.n_ports)
+        decisions, n_events = sorted_in(sizes[0], True)
+        for fewer, n_places in zip(sizes, sizes[1:]):
+            holds = (n_events > fewer) & ((n_events <= n_places) | (n_places == n_keys))
+            decisions = at_most_once(holds, lambda go, _, n_places=n_places: sorted_in(n_places, go)[0], decisions)
+        decided, states, pauses, n_changes = decisions
     # A frozen partition's links (hybrid mode) keep their history as it was: it moves with their thaw.
     frozen = (state.steady.port_frozen_label >= 0)[:, None]
     decided_ps = jnp.concatenate([links.pfc_decided_ps[:, PFC_ENTRIES_PER_WINDOW:], decided], axis=1)
