@@ -81,3 +81,27 @@ def _all_batched(axis_size: int, in_batched, values):
     return jax.tree.map(
         lambda x, batched: x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x)), values, tuple(in_batched)
     )
+
+
+def switch_largest(index_fn, branches, *args):
+    """``lax.switch(index_fn(*args), branches, *args)``: one branch runs.
+
+    Under vmap, the branch of the largest index any experiment asks for runs for all of
+    them (vmapped), with no per-experiment select: so a branch must give an experiment the
+    same result as any smaller index it could ask for (e.g. a sort in more places than it
+    needs). Without this, JAX would run every branch some experiment asks for and select.
+    """
+
+    @custom_vmap
+    def switch(*args):
+        return jax.lax.switch(index_fn(*args), branches, *args)
+
+    @switch.def_vmap
+    def switch_batched(axis_size, in_batched, *args):
+        axes = [jax.tree.map(lambda batched: 0 if batched else None, b) for b in in_batched]
+        index = jnp.max(jax.vmap(index_fn, in_axes=axes)(*args))
+        vmapped = [jax.vmap(branch, in_axes=axes) for branch in branches]
+        out = jax.lax.switch(index, vmapped, *args)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return switch(*args)

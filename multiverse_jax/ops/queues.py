@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params
 from multiverse_jax.components.packets import PacketState
-from multiverse_jax.ops.lockstep import at_most_once
+from multiverse_jax.ops.lockstep import switch_largest
 from multiverse_jax.ops.packets import queued
 from multiverse_jax.ops.segments import compact
 from multiverse_jax.units import NEVER
@@ -79,30 +79,34 @@ def service_order(params: Params, pkts: PacketState, window_end_ps) -> ServiceOr
     The queued packets are compacted (a cumsum) and sorted in the smallest of 4096,
     16,384, ... places that holds them (below the pool's size; else the whole pool), so
     a window sorts about as many places as it has packets queued, whatever the pool's
-    size. Only that size runs (``at_most_once`` per size: in a lockstep batch, the sizes
-    some experiment needs), and none when nothing is queued. The arrays are the pool's
-    size either way (past the queues: no packet).
+    size; none when nothing is queued. One size runs (``lockstep.switch_largest``: in a
+    lockstep batch, the largest any experiment needs, which gives every experiment the
+    same order as its own size would). The arrays are the pool's size either way (past
+    the queues: no packet).
     """
     n_slots = params.static.n_slots
-    every_slot = jnp.arange(n_slots, dtype=jnp.int32)
     sizes = [SMALLEST_SORT * 4**i for i in range(max(0, n_slots.bit_length())) if SMALLEST_SORT * 4**i < n_slots]
     if not sizes:
-        return _order_of(params, pkts, window_end_ps, every_slot)
-    is_queued = queued(pkts)
-    n_queued = jnp.sum(is_queued, dtype=jnp.int32)
+        return _order_of(params, pkts, window_end_ps, jnp.arange(n_slots, dtype=jnp.int32))
 
-    def sorted_in(n_places: int, go):
-        if n_places >= n_slots:  # the whole pool
-            return _order_of(params, pkts, window_end_ps, jnp.where(go, every_slot, n_slots))
-        (members,), _ = compact(is_queued & go, n_places, (every_slot, n_slots))
-        return _padded(_order_of(params, pkts, window_end_ps, members), n_slots)
+    def size_index(params, pkts, window_end_ps):
+        """0: nothing queued; i: the i-th size (the whole pool last) is the smallest that holds them."""
+        n_queued = jnp.sum(queued(pkts), dtype=jnp.int32)
+        fits = sum((n_queued > n).astype(jnp.int32) for n in sizes)  # sizes too small
+        return jnp.where(n_queued == 0, 0, 1 + fits)
 
-    order, fewer = _no_queues(params), 0
-    for n_places in sizes + [n_slots]:  # the one size that holds them runs
-        holds = (n_queued > fewer) & ((n_queued <= n_places) | (n_places == n_slots))
-        order = at_most_once(holds, lambda go, _, n_places=n_places: sorted_in(n_places, go), order)
-        fewer = n_places
-    return order
+    def sorted_in(n_places: int):
+        def order(params, pkts, window_end_ps):  # closes over no array: a custom_vmap function may not
+            every_slot = jnp.arange(n_slots, dtype=jnp.int32)
+            if n_places >= n_slots:  # the whole pool
+                return _order_of(params, pkts, window_end_ps, every_slot)
+            (members,), _ = compact(queued(pkts), n_places, (every_slot, n_slots))
+            return _padded(_order_of(params, pkts, window_end_ps, members), n_slots)
+
+        return order
+
+    branches = [lambda params, pkts, window_end_ps: _no_queues(params)] + [sorted_in(n) for n in sizes + [n_slots]]
+    return switch_largest(size_index, branches, params, pkts, window_end_ps)
 
 
 def _no_queues(params: Params) -> ServiceOrder:
@@ -148,7 +152,10 @@ def _order_of(params: Params, pkts: PacketState, window_end_ps, members) -> Serv
     wire_bytes = jnp.where(in_queue, pkts.pkt_bytes[at].astype(jnp.int64), 0)
     bytes_before = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(wire_bytes)])
     queue_end = jnp.searchsorted(sorted_queue, jnp.arange(n_queues, dtype=jnp.int32), side="right").astype(jnp.int32)
-    packet = QueuedPacket(pkts.pkt_is_ack[at], pkts.pkt_bytes[at], pkts.pkt_rank[at], pkts.pkt_flow[at], pkts.pkt_seq[at], pkts.pkt_hop[at])
+    # Past the queues: no slot, no packet, whatever the number of positions (as ``_padded``).
+    fields = (pkts.pkt_is_ack, pkts.pkt_bytes, pkts.pkt_rank, pkts.pkt_flow, pkts.pkt_seq, pkts.pkt_hop)
+    packet = QueuedPacket(*(jnp.where(in_queue, field[at], jnp.zeros((), field.dtype)) for field in fields))
+    slot = jnp.where(in_queue, slot, n_slots)
     return ServiceOrder(slot, jnp.where(in_queue, pkts.pkt_time_ps[at], NEVER), bytes_before, queue_end, packet)
 
 

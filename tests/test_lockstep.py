@@ -1,0 +1,73 @@
+"""Lockstep helpers (``ops/lockstep.py``): under vmap each gives every experiment what it
+gives it alone, and the engine's sort sizes (service order, PFC events) chosen per batch
+leave a vmap batch equal to each experiment alone, bit for bit."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from conftest import run_small
+from multiverse_jax.conf.schema import SimConfig
+from multiverse_jax.experiment import Experiment
+from multiverse_jax.ops import lockstep, queues
+from multiverse_jax.systems import pfc
+from multiverse_jax.topology import fattree
+from multiverse_jax.workload.flows import make_flows
+
+
+def test_while_any_runs_until_every_experiment_is_done():
+    """Count down to 0 (a fixed point): vmapped equals each alone, however far each starts."""
+    def count_down(start):
+        return lockstep.while_any(lambda c, x: x > 0, lambda c, x: jnp.maximum(x - c, 0), start, jnp.int32(1))
+
+    starts = jnp.array([0, 3, 7], jnp.int32)
+    np.testing.assert_array_equal(jax.jit(jax.vmap(count_down))(starts), [0, 0, 0])
+    assert int(jax.jit(count_down)(jnp.int32(5))) == 0
+
+
+def test_at_most_once_keeps_the_values_of_experiments_that_do_not_need_it():
+    scale = jnp.array([10, 20, 30])
+
+    def f(needed, x, s):
+        return lockstep.at_most_once(needed, lambda go, v: jnp.where(go, v * s, -1), x)
+
+    needed = jnp.array([True, False, True])
+    out = jax.jit(jax.vmap(f))(needed, jnp.array([1, 2, 3]), scale)
+    np.testing.assert_array_equal(out, [10, 2, 90])
+    none = jax.jit(jax.vmap(f))(jnp.zeros(3, bool), jnp.array([1, 2, 3]), scale)
+    np.testing.assert_array_equal(none, [1, 2, 3])
+
+
+def test_switch_largest_runs_the_largest_branch_asked_for():
+    """Branch i rounds up to a multiple of 4**i: the larger branch gives the smaller's result
+    for numbers below 4**i, the contract. Vmapped, all take the largest; alone, its own."""
+    branches = [lambda x, i=i: x + 100 * i for i in range(3)]
+
+    def f(x):
+        return lockstep.switch_largest(lambda x: jnp.minimum(x, 2), branches, x)
+
+    np.testing.assert_array_equal(jax.jit(jax.vmap(f))(jnp.array([0, 1, 2])), [200, 201, 202])
+    assert int(jax.jit(f)(jnp.int32(1))) == 101
+
+
+def test_sort_sizes_chosen_per_batch_keep_batch_equal_to_alone(monkeypatch):
+    """With the smallest sorts at 64 places, windows of a light and a heavy experiment need
+    different sort sizes for their queues (64, 256, 1024, the whole pool) and their PFC
+    events; under vmap the batch sorts queues in the largest size any needs, and PFC events
+    in each size some experiment needs. FCTs equal each run alone, bit for bit."""
+    monkeypatch.setattr(queues, "SMALLEST_SORT", 64)
+    monkeypatch.setattr(pfc, "SMALLEST_SORT", 64)  # PFC's events too: sorted in 1, 64, 256, 1024 or 2816 places
+    monkeypatch.setattr(pfc, "PFC_COMPACT_ABOVE", 0)
+    monkeypatch.setattr(pfc, "PFC_EVENTS_PER_LINK", 0)
+    topo = fattree(4, 100.0, 1.0)
+    light = make_flows([0, 5], [9, 12], [30_000, 30_000], 0)
+    heavy = make_flows(np.arange(1, 16), np.zeros(15, np.int64), 200_000, 0)  # 15 -> 1 incast
+    exps = [Experiment(topo, flows, sim=SimConfig(sample_interval_us=0)) for flows in (light, heavy)]
+    shapes = {"slots_per_host": 88, "n_samples": 1}  # shapes of this test only: compiled with the patch
+    together = run_small(exps, batching="vmap", **shapes)
+    assert together[1].port_max_queue_bytes.max() > 64 * 4160  # over 64 packets queued: a larger sort
+    for exp, batched in zip(exps, together):
+        alone = run_small([exp], batching="map", **shapes)[0]
+        assert batched.ok and alone.ok
+        np.testing.assert_array_equal(batched.flows["fct_ps"], alone.flows["fct_ps"])
+        np.testing.assert_array_equal(batched.port_max_queue_bytes, alone.port_max_queue_bytes)
