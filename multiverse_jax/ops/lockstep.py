@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 
@@ -22,7 +23,8 @@ def at_most_once(needed, fn, value):
     treedef = jax.tree.structure(out_shape)
 
     def run(consts, go, value):
-        return jax.tree.unflatten(treedef, jax.core.eval_jaxpr(closed.jaxpr, consts, go, *jax.tree.leaves(value)))
+        evaluate = jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(closed.jaxpr, consts))
+        return jax.tree.unflatten(treedef, evaluate(go, *jax.tree.leaves(value)))
 
     @custom_vmap
     def once(needed, value, consts):
