@@ -10,7 +10,7 @@ from conftest import run_small
 from multiverse_jax.conf.schema import SimConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import lockstep, queues
-from multiverse_jax.systems import pfc
+from multiverse_jax.systems import forward, pfc
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
 
@@ -52,10 +52,12 @@ def test_switch_largest_runs_the_largest_branch_asked_for():
 
 def test_sort_sizes_chosen_per_batch_keep_batch_equal_to_alone(monkeypatch):
     """With the smallest sorts at 64 places, windows of a light and a heavy experiment need
-    different sort sizes for their queues (64, 256, 1024, the whole pool) and their PFC
-    events; under vmap the batch sorts queues in the largest size any needs, and PFC events
-    in each size some experiment needs. FCTs equal each run alone, bit for bit."""
+    different sort sizes for their queues (64, 256, 1024, the whole pool), their arrivals
+    to route and their PFC events; under vmap the batch sorts queues and routes arrivals in
+    the largest size any needs, and PFC events in each size some experiment needs. FCTs
+    equal each run alone, bit for bit."""
     monkeypatch.setattr(queues, "SMALLEST_SORT", 64)
+    monkeypatch.setattr(forward, "SMALLEST_SORT", 64)  # the arrivals routed in 64, 256, 1024 places or the pool
     monkeypatch.setattr(pfc, "SMALLEST_SORT", 64)  # PFC's events too: sorted in 1, 64, 256, 1024 or 2816 places
     monkeypatch.setattr(pfc, "PFC_COMPACT_ABOVE", 0)
     monkeypatch.setattr(pfc, "PFC_EVENTS_PER_LINK", 0)
@@ -71,3 +73,9 @@ def test_sort_sizes_chosen_per_batch_keep_batch_equal_to_alone(monkeypatch):
         assert batched.ok and alone.ok
         np.testing.assert_array_equal(batched.flows["fct_ps"], alone.flows["fct_ps"])
         np.testing.assert_array_equal(batched.port_max_queue_bytes, alone.port_max_queue_bytes)
+    # And every size gives what one sort of the whole pool gives (the pool below 4096 slots:
+    # no smaller size; other shapes, so the patched programs are not reused).
+    monkeypatch.undo()
+    whole = run_small(exps, batching="map", slots_per_host=90, n_samples=1)
+    for tiered, reference in zip(together, whole):
+        np.testing.assert_array_equal(tiered.flows["fct_ps"], reference.flows["fct_ps"])
