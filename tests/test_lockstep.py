@@ -10,7 +10,7 @@ from conftest import run_small
 from multiverse_jax.conf.schema import SimConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import lockstep, queues
-from multiverse_jax.systems import forward, pfc
+from multiverse_jax.systems import pfc
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
 
@@ -56,9 +56,7 @@ def test_sort_sizes_chosen_per_batch_keep_batch_equal_to_alone(monkeypatch):
     to route and their PFC events; under vmap the batch sorts queues and routes arrivals in
     the largest size any needs, and PFC events in each size some experiment needs. FCTs
     equal each run alone, bit for bit."""
-    monkeypatch.setattr(queues, "SMALLEST_SORT", 64)
-    monkeypatch.setattr(forward, "SMALLEST_SORT", 64)  # the arrivals routed in 64, 256, 1024 places or the pool
-    monkeypatch.setattr(pfc, "SMALLEST_SORT", 64)  # PFC's events too: sorted in 1, 64, 256, 1024 or 2816 places
+    monkeypatch.setattr(queues, "SMALLEST_SORT", 64)  # queues, arrivals (forward) and PFC events: 64, 256, 1024 places
     monkeypatch.setattr(pfc, "PFC_COMPACT_ABOVE", 0)
     monkeypatch.setattr(pfc, "PFC_EVENTS_PER_LINK", 0)
     topo = fattree(4, 100.0, 1.0)

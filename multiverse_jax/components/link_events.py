@@ -21,6 +21,7 @@ from flax import struct
 from multiverse_jax.components.padding import pad
 from multiverse_jax.components.static import Static
 from multiverse_jax.experiment import Experiment
+from multiverse_jax.topology.link_events import changed_ports
 from multiverse_jax.units import NEVER
 
 
@@ -51,8 +52,7 @@ def link_event_params(exp: Experiment, s: Static) -> LinkEventParams:
     tables = [routing[i] for i in pick]
     changed = np.zeros((k, s.n_ports), bool)
     for i in range(1, len(epochs)):
-        before, after = epochs[i - 1].topology, epochs[i].topology
-        changed[i, : before.n_links] = (before.link_up != after.link_up) | (before.link_rate_bps != after.link_rate_bps)
+        changed[i, : epochs[i].topology.n_links] = changed_ports(epochs[i - 1].topology, epochs[i].topology)
     paths = np.full((k, s.n_flows, s.path_len), -1, np.int32)
     return LinkEventParams(
         epoch_start_ps=start,

@@ -69,9 +69,8 @@ def with_epoch_flow_paths(params: Params, flow_paths) -> Params:
     (data, ack, data tail ps, ack path ps)``), which flows each event moves, and epoch 0's
     paths as the configured ones (``batch.with_flow_paths``)."""
     n_epochs = params.static.n_link_epochs
-    base = flow_paths(params)
     if n_epochs == 1:
-        return params.replace(flows=_set_paths(params.flows, *base))
+        return params.replace(flows=_set_paths(params.flows, *flow_paths(params)))
     data, ack, tail, back = jax.vmap(lambda k: flow_paths(with_epoch(params, k)))(jnp.arange(n_epochs))
     ev = params.link_events
     ports = jnp.concatenate([data, ack], axis=2)  # (K, F, 2 Hp)

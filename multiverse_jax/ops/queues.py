@@ -73,6 +73,17 @@ def _sort_by(key, order, index_bits: int):
 SMALLEST_SORT = 4096  # the service order sorts the queued packets in 4096, 4 x 4096, ... places, or the whole pool
 
 
+def sort_sizes(n_total: int) -> list[int]:
+    """The place counts below ``n_total`` a compacted subset of it is sorted (or routed) in:
+    ``SMALLEST_SORT``, 4 times that, ... (the whole ``n_total`` is the last resort)."""
+    return [SMALLEST_SORT * 4**i for i in range(n_total.bit_length()) if SMALLEST_SORT * 4**i < n_total]
+
+
+def size_index(count, sizes: list[int]):
+    """() int32 how many of ``sizes`` are too small for ``count`` entries (len: none holds them)."""
+    return sum((count > n).astype(jnp.int32) for n in sizes)
+
+
 def service_order(params: Params, pkts: PacketState, window_end_ps) -> ServiceOrder:
     """Every class queue's packets in service order, for the window.
 
@@ -85,15 +96,14 @@ def service_order(params: Params, pkts: PacketState, window_end_ps) -> ServiceOr
     the queues: no packet).
     """
     n_slots = params.static.n_slots
-    sizes = [SMALLEST_SORT * 4**i for i in range(max(0, n_slots.bit_length())) if SMALLEST_SORT * 4**i < n_slots]
+    sizes = sort_sizes(n_slots)
     if not sizes:
         return _order_of(params, pkts, window_end_ps, jnp.arange(n_slots, dtype=jnp.int32))
 
-    def size_index(params, pkts, window_end_ps):
+    def branch(params, pkts, window_end_ps):
         """0: nothing queued; i: the i-th size (the whole pool last) is the smallest that holds them."""
         n_queued = jnp.sum(queued(pkts), dtype=jnp.int32)
-        fits = sum((n_queued > n).astype(jnp.int32) for n in sizes)  # sizes too small
-        return jnp.where(n_queued == 0, 0, 1 + fits)
+        return jnp.where(n_queued == 0, 0, 1 + size_index(n_queued, sizes))
 
     def sorted_in(n_places: int):
         def order(params, pkts, window_end_ps):  # closes over no array: a custom_vmap function may not
@@ -106,7 +116,7 @@ def service_order(params: Params, pkts: PacketState, window_end_ps) -> ServiceOr
         return order
 
     branches = [lambda params, pkts, window_end_ps: _no_queues(params)] + [sorted_in(n) for n in sizes + [n_slots]]
-    return switch_largest(size_index, branches, params, pkts, window_end_ps)
+    return switch_largest(branch, branches, params, pkts, window_end_ps)
 
 
 def _no_queues(params: Params) -> ServiceOrder:

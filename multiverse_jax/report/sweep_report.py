@@ -64,6 +64,8 @@ from multiverse_jax.report.plot import positive_int, read_checked
 from multiverse_jax.report.search_report import front_rows, write_search_plots
 from multiverse_jax.sweep.results import BOOKKEEPING, METRICS, TABLE_FILE
 from multiverse_jax.sweep.search import read_search_file
+from multiverse_jax.topology.failures import DOWN_KEY, EVENTS_KEY, RATES_KEY
+from multiverse_jax.topology.link_events import as_link_events
 
 PROG = "multiverse-jax-report"
 EXIT_BAD_INPUT = 2
@@ -77,7 +79,7 @@ METRIC_VS_PARAMS_FILE = "metric_vs_params.png"
 FCT_CDF_FILE = "fct_cdf.png"
 PARALLEL_FILE = "parallel_coordinates.png"
 FAILED_LINK_FILE = "metric_vs_failed_link.png"
-LINK_KEYS = ("topology.links_down", "topology.link_rates_gbps", "topology.link_events")  # the config keys of failed / degraded links
+LINK_KEYS = (DOWN_KEY, RATES_KEY, EVENTS_KEY)  # the config keys of failed / degraded links
 HEALTHY = "healthy"  # the bar of the points with no link down or degraded
 
 STATUS_OK = "ok"
@@ -333,17 +335,16 @@ def _decoded(value):
 def failed_link_label(row: dict) -> str:
     """The links a point fails or degrades: ``agg0-core0``, ``agg0-core0 25G``, joined by
     ', '; ``healthy`` when none."""
-    down = _decoded(row.get("topology.links_down")) or []
-    rates = _decoded(row.get("topology.link_rates_gbps")) or {}
-    events = _decoded(row.get("topology.link_events")) or []
+    down = _decoded(row.get(DOWN_KEY)) or []
+    rates = _decoded(row.get(RATES_KEY)) or {}
+    events = _decoded(row.get(EVENTS_KEY)) or []
     labels = [*map(str, down), *(f"{cable} {_label(float(gbps))}G" for cable, gbps in rates.items())]
     return ", ".join(labels + [_event_label(e) for e in events]) or HEALTHY
 
 
 def _event_label(event: dict) -> str:
-    """A timed link event: ``agg0-core0 down@50µs``, ``tor0-agg1 25G@10µs``."""
-    what = f"{_label(float(event.get('gbps', 0)))}G" if event.get("action") == "rate" else event.get("action")
-    return f"{event.get('link')} {what}@{_label(float(event.get('at_us', 0)))}µs"
+    """A timed link event of a results row: ``agg0-core0 down@50µs`` (``LinkEvent.label``)."""
+    return as_link_events([event])[0].label()
 
 
 def plot_metric_vs_failed_link(table: pa.Table, metric: str, path) -> Path:

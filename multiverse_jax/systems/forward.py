@@ -15,7 +15,7 @@ from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops.lockstep import switch_largest
 from multiverse_jax.ops.packets import arriving, at_host
-from multiverse_jax.ops.queues import SMALLEST_SORT
+from multiverse_jax.ops.queues import size_index, sort_sizes
 from multiverse_jax.ops.routing import route
 from multiverse_jax.ops.segments import compact
 
@@ -44,12 +44,12 @@ def forwarded_ports(params: Params, pkts: PacketState, at_switch):
     gives the same ports.
     """
     n_slots = params.static.n_slots
-    sizes = [SMALLEST_SORT * 4**i for i in range(n_slots.bit_length()) if SMALLEST_SORT * 4**i < n_slots]
+    sizes = sort_sizes(n_slots)
 
     def in_places(n_places: int):
         def ports(params, pkts, at_switch):  # closes over no array: a custom_vmap function may not
             if n_places >= n_slots:
-                return jnp.where(at_switch, _egress(params, pkts, jnp.arange(n_slots)), pkts.pkt_port)
+                return jnp.where(at_switch, _egress(params, pkts), pkts.pkt_port)
             every_slot = jnp.arange(n_slots, dtype=jnp.int32)
             (members,), _ = compact(at_switch, n_places, (every_slot, n_slots))
             egress = _egress(params, pkts, jnp.minimum(members, n_slots - 1))
@@ -57,18 +57,21 @@ def forwarded_ports(params: Params, pkts: PacketState, at_switch):
 
         return ports
 
-    def size_index(params, pkts, at_switch):
-        n_arriving = jnp.sum(at_switch, dtype=jnp.int32)
-        return sum((n_arriving > n).astype(jnp.int32) for n in sizes)
+    def arrivals_index(params, pkts, at_switch):
+        return size_index(jnp.sum(at_switch, dtype=jnp.int32), sizes)
 
     if not sizes:
         return in_places(n_slots)(params, pkts, at_switch)
-    return switch_largest(size_index, [in_places(n) for n in sizes + [n_slots]], params, pkts, at_switch)
+    return switch_largest(arrivals_index, [in_places(n) for n in sizes + [n_slots]], params, pkts, at_switch)
 
 
-def _egress(params: Params, pkts: PacketState, slot):
-    """The egress port routing picks for the packet in each ``slot`` at the switch its link reaches."""
-    flow, is_ack = pkts.pkt_flow[slot], pkts.pkt_is_ack[slot]
-    node = params.links.link_dst_node[pkts.pkt_port[slot]]
+def _egress(params: Params, pkts: PacketState, slot=None):
+    """The egress port routing picks for the packet in each ``slot`` (None: every slot) at
+    the switch its link reaches."""
+    def of(column):
+        return column if slot is None else column[slot]
+
+    flow, is_ack = of(pkts.pkt_flow), of(pkts.pkt_is_ack)
+    node = params.links.link_dst_node[of(pkts.pkt_port)]
     dst_host = jnp.where(is_ack, params.flows.flow_src[flow], params.flows.flow_dst[flow])
-    return route(params, node, dst_host, flow, is_ack, pkts.pkt_hop[slot] + 1, pkts.pkt_path_salt[slot])
+    return route(params, node, dst_host, flow, is_ack, of(pkts.pkt_hop) + 1, of(pkts.pkt_path_salt))

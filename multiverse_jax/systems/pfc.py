@@ -29,7 +29,7 @@ from multiverse_jax.components.experiment import ERROR_PFC_TOGGLES, Params, Stat
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
 from multiverse_jax.ops.lockstep import at_most_once
 from multiverse_jax.ops.pfc import counted_until_ps
-from multiverse_jax.ops.queues import SMALLEST_SORT
+from multiverse_jax.ops.queues import sort_sizes
 from multiverse_jax.ops.segments import compact, count_by
 
 PFC_EVENTS_PER_LINK = 2  # room per link for the window's events of links near a threshold (more: a larger sort)
@@ -39,10 +39,9 @@ PFC_COMPACT_ABOVE = 8192  # a pool with at most this many events (2 per slot) al
 
 def event_sort_sizes(n_keys: int, n_ports: int) -> list[int]:
     """Place counts a window's PFC events are sorted in, smallest first: a few per link,
-    then 4 times more each step (from ``SMALLEST_SORT``), then every key (``n_keys``)."""
+    then the service order's sizes above that (``queues.sort_sizes``), then every key."""
     first = max(1, min(n_keys, PFC_EVENTS_PER_LINK * n_ports))
-    larger = [SMALLEST_SORT * 4**i for i in range(n_keys.bit_length())]
-    return [first] + [n for n in larger if first < n < n_keys] + ([n_keys] if first < n_keys else [])
+    return [first] + [n for n in sort_sizes(n_keys) if n > first] + ([n_keys] if first < n_keys else [])
 
 
 def _window_traffic(params: Params, state: State, window_end_ps):

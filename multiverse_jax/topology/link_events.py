@@ -33,11 +33,10 @@ import numbers
 import numpy as np
 
 from multiverse_jax.errors import InputError
-from multiverse_jax.topology.failures import _rate_bps, cable_ports
+from multiverse_jax.topology.failures import EVENTS_KEY, _rate_bps, cable_ports
 from multiverse_jax.topology.graph import Topology
 from multiverse_jax.units import PS_PER_US
 
-EVENTS_KEY = "topology.link_events"
 ACTIONS = ("down", "up", "rate")
 EXAMPLE = "{at_us: 50, link: agg0-core0, action: down}"
 
@@ -54,6 +53,11 @@ class LinkEvent:
     @property
     def at_ps(self) -> int:
         return int(round(self.at_us * PS_PER_US))
+
+    def label(self) -> str:
+        """Compact, for plot axes: ``agg0-core0 down@50µs``, ``tor0-h1 25G@20µs``."""
+        what = f"{self.gbps:g}G" if self.action == "rate" else self.action
+        return f"{self.link} {what}@{self.at_us:g}µs"
 
     def describe(self) -> str:
         """``agg0-core0 down at 50 µs``, ``tor0-h1 at 25 Gb/s at 20 µs``."""
