@@ -24,11 +24,7 @@ import numpy as np
 import multiverse_jax
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
-from multiverse_jax.conf.schema import SimConfig
-from multiverse_jax.config import derangement
-from multiverse_jax.experiment import Experiment
-from multiverse_jax.topology import fattree
-from multiverse_jax.workload.flows import make_flows
+from step_profile import permutations  # the same busy traffic (benchmarks/ is on the path of a script run)
 
 
 def ms_per_experiment_window(experiments, slots: int, batching: str, args) -> float:
@@ -58,12 +54,7 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/busy_window.json")
     args = parser.parse_args()
 
-    topology = fattree(args.k, 100.0, 1.0)
-    n = topology.n_hosts
-    experiments = [
-        Experiment(topology, make_flows(np.arange(n), derangement(n, e), args.flow_bytes, 0), sim=SimConfig(seed=e, sample_interval_us=0))
-        for e in range(args.experiments)
-    ]
+    experiments = permutations(args.k, args.experiments, args.flow_bytes)
     rows = [
         {"slots_per_host": slots, "batching": mode, "ms_per_experiment_window": ms_per_experiment_window(experiments, slots, mode, args)}
         for slots in args.slots_per_host

@@ -63,6 +63,17 @@ def transmit_rounds(params, state):
     return jax.lax.while_loop(lambda c: c[1], body, (serving, True, 0))[2]
 
 
+def permutations(k: int, n_experiments: int, flow_bytes: int) -> list[Experiment]:
+    """Busy traffic: on a k-ary fat-tree, experiment e is a permutation of ``flow_bytes``
+    flows drawn with seed e (no time series)."""
+    topology = fattree(k, 100.0, 1.0)
+    n = topology.n_hosts
+    return [
+        Experiment(topology, make_flows(np.arange(n), derangement(n, e), flow_bytes, 0), sim=SimConfig(seed=e, sample_interval_us=0))
+        for e in range(n_experiments)
+    ]
+
+
 def time_call(fn, *args, repeats: int) -> float:
     jax.block_until_ready(fn(*args))
     start = time.perf_counter()
@@ -84,12 +95,7 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/step_profile.json")
     args = parser.parse_args()
 
-    topology = fattree(args.k, 100.0, 1.0)
-    n = topology.n_hosts
-    experiments = [
-        Experiment(topology, make_flows(np.arange(n), derangement(n, e), args.flow_bytes, 0), sim=SimConfig(seed=e, sample_interval_us=0))
-        for e in range(args.experiments)
-    ]
+    experiments = permutations(args.k, args.experiments, args.flow_bytes)
     batch = build_batch(experiments, slots_per_host=args.slots_per_host)
     state = engine.advance(batch.params, batch.state, args.warm_windows)
     if np.any(np.asarray(state.error)):
