@@ -164,3 +164,92 @@ def test_window_blocked_flow_sends_on_its_poll_grid():
     # a poll two gaps behind the wire (htsim: a backlog in its NIC queue) does not run ahead of it
     nxt = ops_cc.next_send_ps(params, rated, np.arange(6), start, ser, np.full(6, WIRE), polled - 2 * 684_075)
     assert int(nxt[0]) == 18_853_120
+
+
+def test_simultaneous_arrivals_pass_a_switch_one_at_a_time(tmp_path):
+    """htsim's FatTreeSwitch passes every packet through one CallbackPipe, which schedules its
+    next packet only when the previous one leaves it: of two packets reaching a switch at the same
+    instant, the second's egress events come after every switch's first (switch.pipeline=serial).
+    ring8-8MiB-s0, htsim_hpcc: flows 1 (h2) and 3 (h3) reach tor1 and flow 5 (h0) tor0 at
+    1.72512 us; flow 3 is tor1's second, so at agg0->core0 flow 5's first packet leaves first
+    (4.17536 us) and flow 3's after it (4.90048 us); ordered by flow alone, 3 went first."""
+    from multiverse_jax.peers.trace import our_hops
+
+    cm = tmp_path / "ring.cm"
+    cm.write_text(
+        "Nodes 16\nConnections 3\n2->11 id 1 start 0 size 18000\n3->10 id 3 start 0 size 18000\n0->4 id 5 start 0 size 18000\n"
+    )
+    routes = tmp_path / "routes.csv"
+    routes.write_text(
+        "id,kind,path\n"
+        "1,data,h2 tor1 agg1 core1 agg5 tor5 h11\n1,ack,h11 tor5 agg5 core1 agg1 tor1 h2\n"
+        "3,data,h3 tor1 agg0 core0 agg4 tor5 h10\n3,ack,h10 tor5 agg4 core2 agg0 tor1 h3\n"
+        "5,data,h0 tor0 agg0 core0 agg2 tor2 h4\n5,ack,h4 tor2 agg3 core1 agg1 tor0 h0\n"
+    )
+    config = htsim.our_config(htsim.HtsimNetwork(), "hpcc", cm, routes)
+    assert config["switch"]["pipeline"] == "serial"
+    hops = our_hops(experiment_from_config(config), slots_per_host=64)
+    assert hops[("agg0->core0", 5, False, 0)] == 4_175_360
+    assert hops[("agg0->core0", 3, False, 0)] == 4_900_480
+    config["switch"]["pipeline"] = "parallel"
+    hops = our_hops(experiment_from_config(config), slots_per_host=64)
+    assert hops[("agg0->core0", 3, False, 0)] == 4_175_360
+
+
+RING_STEP1_CM = "Nodes 16\nConnections 8\n" + "".join(
+    f"{a}->{b} id {i} start 0 size 1053000\n" for i, (a, b) in enumerate([(2, 11), (11, 3), (3, 10), (10, 0), (0, 4), (4, 7), (7, 5), (5, 2)], 1)
+)
+RING_STEP1_ROUTES = """id,kind,path
+1,data,h2 tor1 agg1 core1 agg5 tor5 h11
+1,ack,h11 tor5 agg5 core1 agg1 tor1 h2
+2,data,h11 tor5 agg4 core0 agg0 tor1 h3
+2,ack,h3 tor1 agg1 core3 agg5 tor5 h11
+3,data,h3 tor1 agg0 core0 agg4 tor5 h10
+3,ack,h10 tor5 agg4 core2 agg0 tor1 h3
+4,data,h10 tor5 agg5 core1 agg1 tor0 h0
+4,ack,h0 tor0 agg1 core1 agg5 tor5 h10
+5,data,h0 tor0 agg0 core0 agg2 tor2 h4
+5,ack,h4 tor2 agg3 core1 agg1 tor0 h0
+6,data,h4 tor2 agg2 tor3 h7
+6,ack,h7 tor3 agg3 tor2 h4
+7,data,h7 tor3 agg3 tor2 h5
+7,ack,h5 tor2 agg2 tor3 h7
+8,data,h5 tor2 agg2 core0 agg0 tor1 h2
+8,ack,h2 tor1 agg1 core1 agg3 tor2 h5
+"""
+
+
+def test_a_link_delivers_in_the_order_its_arrivals_were_scheduled(tmp_path):
+    """htsim's Pipe schedules a packet's arrival only when the one before it on the link
+    arrives, so of two arrivals scheduled at the same instant the one whose scheduling event was
+    itself scheduled first goes first (``pkt_prior_ps``, switch.pipeline=serial). ring8-8MiB-s0,
+    htsim_hpcc, the first step's 8 flows: flow 4's 5th ACK (after an ACK that left tor0 alone,
+    fresh) and flow 8's 2nd (behind flow 2's ACK on tor1->agg1, a train) reach agg1 together;
+    htsim sends flow 4's on to core1 first (15.26656 us), then flow 8's (15.27168 us)."""
+    from multiverse_jax.peers.trace import our_hops
+
+    cm, routes = tmp_path / "ring.cm", tmp_path / "routes.csv"
+    cm.write_text(RING_STEP1_CM)
+    routes.write_text(RING_STEP1_ROUTES)
+    config = htsim.our_config(htsim.HtsimNetwork(), "hpcc", cm, routes)
+    hops = our_hops(experiment_from_config(config), slots_per_host=64, max_windows=17)
+    assert hops[("agg1->core1", 4, True, 4)] == 15_266_560
+    assert hops[("agg1->core1", 8, True, 1)] == 15_271_680
+
+
+def test_serial_and_parallel_pipelines_in_one_batch_equal_each_alone(tmp_path):
+    """A batch that holds a switch.pipeline=serial experiment compiles the serial ranking and
+    the third sort key; an experiment with parallel switches in it runs as it does alone, and so
+    does the serial one (the first step of ring8-8MiB-s0, 8 flows of 2 packets)."""
+    cm, routes = tmp_path / "ring.cm", tmp_path / "routes.csv"
+    cm.write_text(RING_STEP1_CM.replace("size 1053000", "size 18000"))
+    routes.write_text(RING_STEP1_ROUTES)
+    config = htsim.our_config(htsim.HtsimNetwork(), "hpcc", cm, routes)
+    serial = experiment_from_config(config)
+    config["switch"]["pipeline"] = "parallel"
+    parallel = experiment_from_config(config)
+    together = simulate([serial, parallel], slots_per_host=16)
+    for experiment, batched in zip((serial, parallel), together):
+        alone = simulate([experiment], slots_per_host=16)[0]
+        np.testing.assert_array_equal(batched.flows["finish_ps"], alone.flows["finish_ps"])
+    assert not np.array_equal(together[0].flows["finish_ps"], together[1].flows["finish_ps"])

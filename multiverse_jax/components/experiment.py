@@ -20,7 +20,7 @@ from multiverse_jax.components.samples import SampleState, initial_sample_state
 from multiverse_jax.components.static import Static
 from multiverse_jax.components.steady import SteadyParams, SteadyState, initial_steady_state, steady_params
 from multiverse_jax.components.tasks import TaskParams, TaskState, initial_task_state, task_params
-from multiverse_jax.conf.schema import AckClass, CcKind, LbKind, Overflow, PfcRelease
+from multiverse_jax.conf.schema import AckClass, CcKind, LbKind, Overflow, PfcRelease, SwitchPipeline
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.units import NEVER, PS_PER_US, ps_from_us
 
@@ -71,6 +71,7 @@ class Params:
     max_time_ps: chex.Array  # () int64 the run stops with ERROR_TIME_LIMIT past this time
     pfc_count_until_sent: chex.Array  # () bool PFC counts a packet until its last bit left (switch.pfc_release=sent)
     overflow_is_error: chex.Array  # () bool a queue past its buffer sets ERROR_BUFFER_OVERFLOW (switch.overflow=error)
+    switch_serial: chex.Array  # () bool simultaneous arrivals at a switch pass it one at a time (switch.pipeline=serial)
     cc_kind: chex.Array  # () int32 congestion control (CC_*)
     cc: CcParams  # constants of every algorithm (and of ECN marking)
     lb_kind: chex.Array  # () int32 load balancing (LB_ECMP | LB_SPRAY | LB_FLOWLET)
@@ -119,6 +120,7 @@ def experiment_params(exp: Experiment, s: Static) -> Params:
         max_time_ps=ps_from_us(exp.sim.max_time_us),
         pfc_count_until_sent=np.bool_(exp.switch.pfc_release == PfcRelease.sent),
         overflow_is_error=np.bool_(exp.switch.overflow == Overflow.error),
+        switch_serial=np.bool_(exp.switch.pipeline == SwitchPipeline.serial),
         cc_kind=np.int32(CC_CODES[exp.cc]),
         cc=cc_params(exp, exp.routing),
         lb_kind=np.int32(LB_CODES[exp.lb]),

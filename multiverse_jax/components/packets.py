@@ -34,6 +34,10 @@ class PacketState:
     #   discrete-event simulator schedules a link's deliveries one after another); breaks ties in FIFOs
     pkt_rank: chex.Array  # (S_total,) int32 the event chain its arrival descends from (a flow index: see
     #   PortState.port_busy_rank); breaks the ties pkt_scheduled_ps leaves
+    pkt_prior_ps: chex.Array  # (S_total,) int64 when the event that scheduled its arrival was itself
+    #   scheduled: its start on the wire (the port's end-of-service event is scheduled then) or, while
+    #   the previous packet was still on the link, that one's pkt_scheduled_ps (its arrival scheduled
+    #   this one); with switch.pipeline=serial, breaks the ties pkt_scheduled_ps leaves, before pkt_rank
     pkt_ingress: chex.Array  # (S_total,) int32 link it arrived over at its current switch (-1 at a host)
     pkt_ingress_ps: chex.Array  # (S_total,) int64 when it arrived over pkt_ingress (its last bit; PFC accounting)
     pkt_hop: chex.Array  # (S_total,) int32 index of pkt_port along the packet's path (0 = first link)
@@ -64,6 +68,7 @@ def initial_packet_state(s: Static) -> PacketState:
         pkt_time_ps=np.zeros(n_slots, np.int64),
         pkt_scheduled_ps=np.zeros(n_slots, np.int64),
         pkt_rank=np.zeros(n_slots, np.int32),
+        pkt_prior_ps=np.zeros(n_slots, np.int64),
         pkt_ingress=np.full(n_slots, -1, np.int32),
         pkt_ingress_ps=np.zeros(n_slots, np.int64),
         pkt_hop=np.zeros(n_slots, np.int32),

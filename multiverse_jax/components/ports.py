@@ -21,6 +21,7 @@ from multiverse_jax.units import NEVER
 class PortParams:
     port_buffer_bytes: chex.Array  # (P,) int64 egress buffer; a queue past it is counted (or an error), never dropped
     port_host: chex.Array  # (P,) int32 host whose NIC this port is, or -1 for a switch port
+    port_node: chex.Array  # (P,) int32 node (host or switch) the port belongs to, -1 for padding
 
 
 @struct.dataclass
@@ -37,6 +38,7 @@ class PortState:
     # while the previous is still on it) the rank of the busy period that began it.
     port_busy_rank: chex.Array  # (P,) int32 rank of the port's current (or last) busy period
     port_train_rank: chex.Array  # (P,) int32 rank of the current (or last) train on its link
+    port_last_scheduled_ps: chex.Array  # (P,) int64 pkt_scheduled_ps of the last packet it sent (pkt_prior_ps)
     # Overflow of a lossless queue past port_buffer_bytes (switch.overflow), watched at the
     # instants the port's queue is sampled: each departure start and each window end.
     port_overflow_events: chex.Array  # (P,) int32 times the queue went from within the buffer to above it
@@ -56,6 +58,7 @@ def port_params(exp: Experiment, s: Static) -> PortParams:
     return PortParams(
         port_buffer_bytes=pad(buffer_bytes, (s.n_ports,), UNLIMITED_BYTES),
         port_host=pad(port_host, (s.n_ports,), -1),
+        port_node=pad(topo.link_src.astype(np.int32), (s.n_ports,), -1),
     )
 
 
@@ -69,6 +72,7 @@ def initial_port_state(s: Static) -> PortState:
         port_rr_flow=np.zeros(s.n_ports, np.int32),
         port_busy_rank=np.zeros(s.n_ports, np.int32),
         port_train_rank=np.zeros(s.n_ports, np.int32),
+        port_last_scheduled_ps=np.zeros(s.n_ports, np.int64),
         port_overflow_events=np.zeros(s.n_ports, np.int32),
         port_over_buffer_ps=np.zeros(s.n_ports, np.int64),
         port_over_since_ps=np.full(s.n_ports, NEVER, np.int64),

@@ -33,6 +33,8 @@ class Static:
     inexact_rates: bool = False  # some link rate does not divide 8e12 bit-ps/s: serialisation needs a division
     int_queue_with_packet: bool = False  # some experiment's HPCC telemetry records the queue with the departing
     #   packet (hpcc.int_queue=with_packet): transmit looks ahead at the packets in flight to each port
+    switch_serial: bool = False  # some experiment has switch.pipeline=serial: transmit ranks the packets that
+    #   reach a switch at one instant (a ports x queues comparison per round) and queues sort by a third key
     flow_level: bool = False  # the step is the flow-level one (sim.mode=flow): a different compiled program
     steady_window: int = 1  # L: rate samples kept per flow (hybrid.window; 1 when no experiment is hybrid)
     n_link_epochs: int = 1  # K: fabrics between timed link events (1 + most event times of an experiment;

@@ -169,6 +169,17 @@ class Overflow(enum.StrEnum):
     error = "error"  # stop the experiment with an error naming the port
 
 
+class SwitchPipeline(enum.StrEnum):
+    """How a switch takes packets that reach it at the same instant (over different links)."""
+
+    parallel = "parallel"  # each goes to its egress queue at once; ties between their later events go to the older chain
+    # one at a time, in the order they arrived: htsim's FatTreeSwitch passes every packet through
+    # one CallbackPipe (the switching latency, 0), whose event for the next packet is scheduled
+    # only when the previous one leaves it, so the second packet of a switch's instant has its
+    # egress events after every switch's first packet of that instant (and so on)
+    serial = "serial"
+
+
 class HpccWindowUpdate(enum.StrEnum):
     """Which window HPCC's ComputeWind starts from on an ACK."""
 
@@ -325,6 +336,7 @@ class SwitchConfig(Group):
     pfc_xoff_bytes: int = 200_000  # per ingress: pause the upstream port above this
     pfc_xon_bytes: int = 100_000  # per ingress: resume it below this
     pfc_release: PfcRelease = PfcRelease.dequeue  # a packet counts for its ingress until dequeued | sent
+    pipeline: SwitchPipeline = SwitchPipeline.parallel  # simultaneous arrivals at a switch (see SwitchPipeline)
     flowlet_gap_us: float = 50.0  # lb=flowlet: a flow idle this long starts a new flowlet (new path)
     # RED/ECN marking at egress: probability 0 below Kmin, rising to Pmax at Kmax, 1 above.
     # Defaults: the HPCC authors' ns-3 run.py at 25 Gb/s, below PFC XOFF plus headroom so

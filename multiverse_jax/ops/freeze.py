@@ -52,6 +52,7 @@ def move_times(state: State, flow_mask, flow_delta_ps, port_mask, port_delta_ps,
         packets=pkts.replace(
             pkt_time_ps=of_pkt(pkts.pkt_time_ps),
             pkt_scheduled_ps=of_pkt(pkts.pkt_scheduled_ps),
+            pkt_prior_ps=of_pkt(pkts.pkt_prior_ps),
             pkt_ingress_ps=of_pkt(pkts.pkt_ingress_ps),
             pkt_sent_ps=of_pkt(pkts.pkt_sent_ps),
             pkt_int_ts_ps=of_pkt(pkts.pkt_int_ts_ps),
@@ -59,6 +60,7 @@ def move_times(state: State, flow_mask, flow_delta_ps, port_mask, port_delta_ps,
         ports=ports.replace(
             port_free_ps=of_port(ports.port_free_ps),
             port_last_arrival_ps=of_port(ports.port_last_arrival_ps),
+            port_last_scheduled_ps=of_port(ports.port_last_scheduled_ps),
             port_over_since_ps=of_port(ports.port_over_since_ps),
         ),
         flows=flows.replace(

@@ -132,10 +132,12 @@ def _next_cursor(params: Params, state: State, sent_flow, sent, start_ps):
 
 
 def emit(
-    params: Params, state: State, offer_: NicOffer, sent, start_ps, serialization_ps, arrival_ps, scheduled_ps, rank
+    params: Params, state: State, offer_: NicOffer, sent, start_ps, serialization_ps, arrival_ps, scheduled_ps, rank,
+    prior_ps,
 ) -> State:
     """Create the packets that NICs put on the wire this round. ``sent`` etc. are (H,);
-    ``scheduled_ps``, ``rank``: see ``PacketState.pkt_scheduled_ps`` and ``pkt_rank``.
+    ``scheduled_ps``, ``rank``, ``prior_ps``: see ``PacketState.pkt_scheduled_ps``,
+    ``pkt_rank`` and ``pkt_prior_ps``.
 
     Each sending host writes one free slot of its own share of the pool, so the writes
     never collide; hosts that send nothing write nowhere (index out of range, dropped).
@@ -167,6 +169,7 @@ def emit(
         pkt_time_ps=put(pkts.pkt_time_ps, arrival_ps),
         pkt_scheduled_ps=put(pkts.pkt_scheduled_ps, scheduled_ps),
         pkt_rank=put(pkts.pkt_rank, rank),
+        pkt_prior_ps=put(pkts.pkt_prior_ps, prior_ps),
         pkt_ingress=put(pkts.pkt_ingress, -1),
         pkt_hop=put(pkts.pkt_hop, 0),
         pkt_path_salt=put(pkts.pkt_path_salt, path_salt),

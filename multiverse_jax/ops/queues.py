@@ -42,6 +42,8 @@ class QueuedPacket(NamedTuple):
     flow: jnp.ndarray  # int32
     seq: jnp.ndarray  # int32
     hop: jnp.ndarray  # int32
+    scheduled_ps: jnp.ndarray  # int64 (PacketState.pkt_scheduled_ps; 0 unless Static.switch_serial)
+    prior_ps: jnp.ndarray  # int64 (PacketState.pkt_prior_ps; 0 unless Static.switch_serial)
 
 
 class ServiceOrder(NamedTuple):
@@ -53,6 +55,12 @@ class ServiceOrder(NamedTuple):
     bytes_before: jnp.ndarray  # (S + 1,) int64 wire bytes of the packets at the positions before each one
     queue_end: jnp.ndarray  # (Q,) int32 one past each queue's last position (its first: the previous queue's end)
     packet: QueuedPacket  # (S,) each the packet at each position
+
+
+def rank_limit(static) -> int:
+    """Ranks are below this: a flow index, or with ``Static.switch_serial`` k * F + a flow
+    index, k the packets ahead at a switch's instant (fewer than its ports)."""
+    return static.n_flows * (static.n_ports + 1 if static.switch_serial else 1)
 
 
 def packet_class(params: Params, pkts: PacketState):
@@ -125,7 +133,8 @@ def _no_queues(params: Params) -> ServiceOrder:
     zeros = jnp.zeros(n_slots, jnp.int32)
     return ServiceOrder(
         jnp.full(n_slots, n_slots, jnp.int32), jnp.full(n_slots, NEVER, jnp.int64), jnp.zeros(n_slots + 1, jnp.int64),
-        jnp.zeros(n_queues, jnp.int32), QueuedPacket(jnp.zeros(n_slots, bool), zeros, zeros, zeros, zeros, zeros),
+        jnp.zeros(n_queues, jnp.int32),
+        QueuedPacket(jnp.zeros(n_slots, bool), zeros, zeros, zeros, zeros, zeros, *(jnp.zeros(n_slots, jnp.int64),) * 2),
     )  # fmt: skip
 
 
@@ -138,19 +147,31 @@ def _order_of(params: Params, pkts: PacketState, window_end_ps, members) -> Serv
     end over ``2**(62 - index bits)`` ps (1.1 hours for 65,536 positions); the scheduling
     tie-break (at most a link delay) is clipped to the bits the flow ranks leave
     (``2**(61 - index bits - rank bits)`` ps: 17 ms for 65,536 positions and 1,000 flows).
+    With ``Static.switch_serial`` the tie-breaks take two sorts: the rank after
+    ``pkt_prior_ps``, then ``pkt_scheduled_ps``.
     """
     n_ports, n_classes, n_slots = params.static.n_ports, 1 + params.static.n_data_classes, params.static.n_slots
     n_queues, n = n_ports * n_classes, members.shape[0]
     index_bits = max(1, n.bit_length())
-    rank_bits = (params.static.n_flows + 2).bit_length()
+    rank_bits = (rank_limit(params.static) + 2).bit_length()
     offset_bits = 62 - index_bits - rank_bits
     at = jnp.minimum(members, n_slots - 1)
     time_ps = pkts.pkt_time_ps[at]
-    # Tie-breaks: the earlier-scheduled arrival (pkt_scheduled_ps - pkt_time_ps <= 0), then the lower rank.
     half = 1 << (offset_bits - 1)
-    scheduled = jnp.clip(pkts.pkt_scheduled_ps[at] - time_ps + half, 0, 2 * half - 1)
+
+    def offset(t_ps):  # an instant at or before the arrival, relative to it, in offset_bits
+        return jnp.clip(t_ps[at] - time_ps + half, 0, 2 * half - 1)
+
+    # Tie-breaks: the earlier-scheduled arrival (pkt_scheduled_ps - pkt_time_ps <= 0), then
+    # (switch.pipeline=serial) the earlier pkt_prior_ps, then the lower rank.
     rank = jnp.clip(pkts.pkt_rank[at].astype(jnp.int64) + 1, 0, (1 << rank_bits) - 1)
-    order = _sort_by((scheduled << rank_bits) | rank, jnp.arange(n, dtype=jnp.int32), index_bits)
+    order = jnp.arange(n, dtype=jnp.int32)
+    if params.static.switch_serial:
+        prior = jnp.where(params.switch_serial, offset(pkts.pkt_prior_ps), 0)
+        order = _sort_by((prior << rank_bits) | rank, order, index_bits)
+        order = _sort_by(offset(pkts.pkt_scheduled_ps), order, index_bits)
+    else:
+        order = _sort_by((offset(pkts.pkt_scheduled_ps) << rank_bits) | rank, order, index_bits)
     span = 1 << (62 - index_bits)
     order = _sort_by(jnp.clip(time_ps - (window_end_ps - span // 2), 0, span - 1), order, index_bits)
     is_queued = (members < n_slots) & queued(pkts)[at]
@@ -164,7 +185,10 @@ def _order_of(params: Params, pkts: PacketState, window_end_ps, members) -> Serv
     queue_end = jnp.searchsorted(sorted_queue, jnp.arange(n_queues, dtype=jnp.int32), side="right").astype(jnp.int32)
     # Past the queues: no slot, no packet, whatever the number of positions (as ``_padded``).
     fields = (pkts.pkt_is_ack, pkts.pkt_bytes, pkts.pkt_rank, pkts.pkt_flow, pkts.pkt_seq, pkts.pkt_hop)
-    packet = QueuedPacket(*(jnp.where(in_queue, field[at], jnp.zeros((), field.dtype)) for field in fields))
+    event_times = (pkts.pkt_scheduled_ps, pkts.pkt_prior_ps) if params.static.switch_serial else ()
+    columns = [jnp.where(in_queue, field[at], jnp.zeros((), field.dtype)) for field in fields + event_times]
+    columns += [jnp.zeros(n, jnp.int64)] * (len(QueuedPacket._fields) - len(columns))  # read only when serial
+    packet = QueuedPacket(*columns)
     slot = jnp.where(in_queue, slot, n_slots)
     return ServiceOrder(slot, jnp.where(in_queue, pkts.pkt_time_ps[at], NEVER), bytes_before, queue_end, packet)
 

@@ -202,6 +202,7 @@ def _place(params: Params, state: State, new, flow, at_hop, now_ps, given) -> St
         pkt_in_flight=put(pkts.pkt_in_flight, False),
         pkt_time_ps=put(pkts.pkt_time_ps, arrival),
         pkt_scheduled_ps=put(pkts.pkt_scheduled_ps, arrival),
+        pkt_prior_ps=put(pkts.pkt_prior_ps, arrival),
         pkt_rank=put(pkts.pkt_rank, flow),
         pkt_ingress=put(pkts.pkt_ingress, path[flow, jnp.maximum(at_hop - 1, 0)]),
         pkt_ingress_ps=put(pkts.pkt_ingress_ps, arrival),

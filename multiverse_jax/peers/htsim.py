@@ -313,6 +313,7 @@ def our_config(network: HtsimNetwork, mode: str, cm_path, routes_path=None) -> d
             "buffer_bytes": buffer_bytes,
             "pfc_xoff_bytes": network.pfc_high_packets * mtu,
             "pfc_xon_bytes": network.pfc_low_packets * mtu,
+            "pipeline": "serial",  # FatTreeSwitch: every packet passes one CallbackPipe (0 us)
         },
         "cc": CC_OF_MODE[mode],
         "lb": "ecmp",

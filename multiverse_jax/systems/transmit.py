@@ -60,6 +60,7 @@ class Departures(NamedTuple):
     ser_ps: jnp.ndarray  # int64 its serialisation time
     arrival_ps: jnp.ndarray  # int64 when its last bit reaches the far end
     scheduled_ps: jnp.ndarray  # int64 when that arrival is scheduled (``PacketState.pkt_scheduled_ps``)
+    prior_ps: jnp.ndarray  # int64 when what scheduled it was scheduled (``PacketState.pkt_prior_ps``)
     busy_rank: jnp.ndarray  # int32 the port's busy-period rank after this departure (``PortState``)
     rank: jnp.ndarray  # int32 the rank of the packet's arrival at the far end: its link train's
 
@@ -134,10 +135,13 @@ def start_times(params: Params, state: State, ready_ps, window_start_ps):
     return jnp.min(class_start, axis=1), chosen
 
 
-def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, heads, window_end_ps, head_packet) -> Departures:
+def depart(
+    params: Params, state: State, offer: nic.NicOffer, start, chosen, heads, window_end_ps, head_packet, order, head
+) -> Departures:
     """What each port starts: the chosen class's candidate (``heads``: ``class_heads``'
     slots, offer flags and availability times, (P, 1 + C) each; ``head_packet``: the
-    queued packet at the head of the chosen class), if it starts inside the
+    queued packet at the head of the chosen class; ``order``, ``head``: the window's
+    service order and the queues' pointers), if it starts inside the
     window; its wire size and serialisation; its arrival at the far end, when that arrival
     is scheduled and its rank. A NIC whose host has no free slot starts nothing
     (``ERROR_POOL_FULL``)."""
@@ -159,12 +163,43 @@ def depart(params: Params, state: State, offer: nic.NicOffer, start, chosen, hea
     # A link delivers in order: the arrival is scheduled when the last bit leaves, or, while
     # the previous packet is still on the wire, when that one arrives (htsim's Pipe).
     scheduled_ps = jnp.maximum(start + ser_ps, state.ports.port_last_arrival_ps)
+    fresh_link = start + ser_ps >= state.ports.port_last_arrival_ps
+    prior_ps = jnp.where(fresh_link, start, state.ports.port_last_scheduled_ps)
     arriving_rank = jnp.where(creates, offer.flow[host, data_class], head_packet.rank)
+    if params.static.switch_serial:
+        serial = params.switch_serial & ~creates & (params.ports.port_host < 0)
+        pipeline_rank = _pipeline_rank(params, order, head, class_ready_ps, head_packet)
+        arriving_rank = jnp.where(serial, pipeline_rank, arriving_rank)
     busy_rank, rank = _ranks(state.ports, class_ready_ps, arriving_rank, start + ser_ps)
     return Departures(
         start, use_ctrl, data_class, sends, is_data, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps,
-        scheduled_ps, busy_rank, rank,
+        scheduled_ps, prior_ps, busy_rank, rank,
     )  # fmt: skip
+
+
+def _pipeline_rank(params: Params, order: queues.ServiceOrder, head, arrival_ps, packet: queues.QueuedPacket):
+    """switch.pipeline=serial (htsim's FatTreeSwitch CallbackPipe): (P,) the rank of each
+    port's queued ``packet`` (arrived at ``arrival_ps``) as it leaves its switch's pipeline.
+    The packets that reach one switch at the same instant pass it one at a time, in the
+    order of their arrival events; the k-th one's egress event is scheduled after every
+    switch's (k-1)-th, so its rank is k * F + its chain's flow (ranks below F: the
+    switches' first packets). k counts the packets ahead of it, by the FIFO tie-breaks,
+    among the heads of its switch's queues (a packet that arrived at that instant behind
+    another in its queue is not seen: a ports x queues comparison per round)."""
+    n_flows, n_slots = params.static.n_flows, params.static.n_slots
+    n_queues = head.shape[0]
+    other_ps, other_slot = queues.heads(order, head, n_slots)  # (Q,)
+    other = queues.at_head(order, head, jnp.arange(n_queues))  # (Q,) each
+    node = params.ports.port_node
+    other_node = jnp.repeat(node, n_queues // params.static.n_ports)
+    same = (other_slot < n_slots)[None, :] & (other_node[None, :] == node[:, None]) & (other_ps[None, :] == arrival_ps[:, None])
+    o_sched, o_prior, o_rank = other.scheduled_ps[None, :], other.prior_ps[None, :], other.rank[None, :]
+    m_sched, m_prior, m_rank = packet.scheduled_ps[:, None], packet.prior_ps[:, None], packet.rank[:, None]
+    ahead = (o_sched < m_sched) | (
+        (o_sched == m_sched) & ((o_prior < m_prior) | ((o_prior == m_prior) & (o_rank < m_rank)))
+    )  # (P, Q)
+    k = jnp.sum(same & ahead, axis=1).astype(jnp.int32)
+    return k * n_flows + packet.rank % n_flows
 
 
 def _ranks(ports, available_ps, arriving_rank, last_bit_ps):
@@ -223,6 +258,7 @@ def account(params: Params, state: State, dep: Departures, queue_bytes) -> State
             port_last_arrival_ps=jnp.where(dep.sends, dep.arrival_ps, ports.port_last_arrival_ps),
             port_busy_rank=jnp.where(dep.sends, dep.busy_rank, ports.port_busy_rank),
             port_train_rank=jnp.where(dep.sends, dep.rank, ports.port_train_rank),
+            port_last_scheduled_ps=jnp.where(dep.sends, dep.scheduled_ps, ports.port_last_scheduled_ps),
         ),
         error=state.error | jnp.where(jnp.any(dep.pool_full), ERROR_POOL_FULL, 0),
         n_packet_hops=state.n_packet_hops + jnp.sum(dep.sends),
@@ -287,6 +323,7 @@ def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_by
         pkt_time_ps=pkts.pkt_time_ps.at[leaving].set(dep.arrival_ps, mode="drop"),
         pkt_scheduled_ps=pkts.pkt_scheduled_ps.at[leaving].set(dep.scheduled_ps, mode="drop"),
         pkt_rank=pkts.pkt_rank.at[leaving].set(dep.rank, mode="drop"),
+        pkt_prior_ps=pkts.pkt_prior_ps.at[leaving].set(dep.prior_ps, mode="drop"),
         pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked, dep.slot, n_slots)].set(True, mode="drop"),
     )
     int_qlen = jnp.where(int_queue_wanted(params), int_queue, left_behind)
@@ -307,7 +344,7 @@ def nic_emit(params: Params, state: State, offer: nic.NicOffer, dep: Departures)
     host_offer = nic.of_class(offer, dep.data_class[nic_port])
     return nic.emit(
         params, state, host_offer, creates, dep.start[nic_port], dep.ser_ps[nic_port], dep.arrival_ps[nic_port], dep.scheduled_ps[nic_port],
-        dep.rank[nic_port],
+        dep.rank[nic_port], dep.prior_ps[nic_port],
     )
 
 
@@ -332,7 +369,8 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     start, chosen = start_times(params, state, ready_ps, window_start_ps)  # (P,)
     chosen_queue = n_classes * jnp.arange(n_ports) + chosen
     head_packet = queues.at_head(order, head, chosen_queue)  # (P,) each: what a port serving its queue sends
-    dep = depart(params, state, offer, start, chosen, (class_slot, class_is_offer, ready_ps), window_end_ps, head_packet)
+    heads = (class_slot, class_is_offer, ready_ps)
+    dep = depart(params, state, offer, start, chosen, heads, window_end_ps, head_packet, order, head)
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included (see watch_queues).
     queue_bytes = queues.queued_bytes(order, head, n_ports, dep.start)  # (P,)
