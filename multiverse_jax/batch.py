@@ -17,8 +17,9 @@ import numpy as np
 
 from multiverse_jax.components.experiment import Params, State, experiment_params, initial_state
 from multiverse_jax.components.static import Static
+from multiverse_jax.components.flows import ADMIT_ENTRIES
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
-from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HybridRestore, SimMode, SwitchPipeline
+from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HpccPacing, HybridRestore, SimMode, SwitchPipeline
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
@@ -112,6 +113,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         restorer_history=N_HISTORY if any(_learned_restore(e) for e in experiments) else 1,
         window_bits=biggest(lambda e: int(e.topology.link_delay_ps.min()).bit_length()),
         inexact_rates=any(inexact(e) for e in experiments),
+        admit_entries=ADMIT_ENTRIES if any(e.cc == CcKind.hpcc and e.hpcc.pacing == HpccPacing.ticks for e in experiments) else 1,
         switch_serial=any(e.switch.pipeline == SwitchPipeline.serial for e in experiments),
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
     )

@@ -29,6 +29,7 @@ from jax.sharding import PartitionSpec as P
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.ops.link_events import params_at
 from multiverse_jax.systems.ack import ack
+from multiverse_jax.systems.admit import admit
 from multiverse_jax.systems.cc import congestion_control
 from multiverse_jax.systems.clock import clock
 from multiverse_jax.systems.complete import complete
@@ -54,6 +55,7 @@ SYSTEMS: tuple[tuple[str, System], ...] = (
     ("ack", ack),  # ACKs at senders
     ("complete", complete),  # finish times -> triggers -> flow starts
     ("schedule", schedule),  # task DAG: starts, finishes -> flow starts
+    ("admit", admit),  # polling senders that began in this window -> packets handed to their NICs
     ("transmit", transmit),  # NICs and switch ports serialise
     ("pfc", pfc),  # pause / resume decisions
     ("sample", sample),  # time series

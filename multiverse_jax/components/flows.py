@@ -15,6 +15,10 @@ from multiverse_jax.units import NEVER
 from multiverse_jax.workload.routes import PinnedRoutes
 
 
+ADMIT_ENTRIES = 16  # Static.admit_entries when a sender polls: a window holds fewer polls of a flow
+#   (a 1 us window, T = 12 us and 9 KB packets: a window below 16 x 12 / 1 x 9 KB = 1.7 MB)
+
+
 @struct.dataclass
 class FlowParams:
     flow_valid: chex.Array  # (F,) bool False for padding
@@ -44,7 +48,11 @@ class FlowParams:
 class FlowState:
     flow_begin_ps: chex.Array  # (F,) int64 when the flow started (NEVER until its trigger fires)
     flow_sent_packets: chex.Array  # (F,) int32 packets handed to the NIC
-    flow_next_send_ps: chex.Array  # (F,) int64 earliest time congestion control lets it send again
+    flow_next_send_ps: chex.Array  # (F,) int64 earliest time congestion control lets it send again (a polling
+    #   sender, hpcc.pacing=ticks: its next poll, ``ops/polls.py``)
+    flow_admitted_packets: chex.Array  # (F,) int32 polling sender: packets handed to its NIC's queue (>= sent)
+    flow_last_poll_ps: chex.Array  # (F,) int64 polling sender: its last poll that counted (0: none yet, as htsim)
+    flow_admit_ps: chex.Array  # (F, A) int64 polling sender: when packet i was handed over, at column i mod A
     flow_rx_packets: chex.Array  # (F,) int32 data packets delivered to the receiver
     flow_rx_bytes: chex.Array  # (F,) int64 payload bytes delivered to the receiver
     flow_acked_packets: chex.Array  # (F,) int32 ACKs back at the sender
@@ -109,6 +117,9 @@ def initial_flow_state(exp: Experiment, s: Static) -> FlowState:
         flow_begin_ps=pad(flow_start_ps(exp), (n,), NEVER),
         flow_sent_packets=np.zeros(n, np.int32),
         flow_next_send_ps=np.zeros(n, np.int64),
+        flow_admitted_packets=np.zeros(n, np.int32),
+        flow_last_poll_ps=np.zeros(n, np.int64),
+        flow_admit_ps=np.zeros((n, s.admit_entries), np.int64),
         flow_rx_packets=np.zeros(n, np.int32),
         flow_rx_bytes=np.zeros(n, np.int64),
         flow_acked_packets=np.zeros(n, np.int32),

@@ -35,6 +35,8 @@ class Static:
     #   packet (hpcc.int_queue=with_packet): transmit looks ahead at the packets in flight to each port
     switch_serial: bool = False  # some experiment has switch.pipeline=serial: transmit ranks the packets that
     #   reach a switch at one instant (a ports x queues comparison per round) and queues sort by a third key
+    admit_entries: int = 1  # A: hand-over times kept per flow for a polling sender (hpcc.pacing=ticks;
+    #   ``ops/polls.py``): more than the polls of one window; 1 when no experiment polls
     flow_level: bool = False  # the step is the flow-level one (sim.mode=flow): a different compiled program
     steady_window: int = 1  # L: rate samples kept per flow (hybrid.window; 1 when no experiment is hybrid)
     n_link_epochs: int = 1  # K: fabrics between timed link events (1 + most event times of an experiment;

@@ -9,12 +9,26 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from multiverse_jax.cc import dcqcn
-from multiverse_jax.components.cc import CcState
-from multiverse_jax.components.experiment import CC_DCQCN, CC_HPCC, CC_NONE, Params, State
+from multiverse_jax.components.cc import CcState, whole_packet_allowance
+from multiverse_jax.components.experiment import CC_DCQCN, CC_DCTCP, CC_HPCC, CC_NONE, Params, State
 from multiverse_jax.units import NEVER
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE
 
 POLL_GAP_SLACK_PS = 1e-6  # poll_gap_ps: far above the float error of a ~10^6 ps gap, far below 1 ps
+NO_LIMIT = jnp.inf  # the allowance of a flow without a window
+
+
+def window_based(params: Params):
+    return (params.cc_kind == CC_DCTCP) | (params.cc_kind == CC_HPCC)
+
+
+def allowance_bytes(params: Params, cc: CcState, acked_packets):
+    """(F,) bytes a flow may have sent: acknowledged bytes + window (inf without a window)."""
+    acked = acked_packets.astype(jnp.float64) * params.payload_bytes
+    allow = acked + cc.flow_window_bytes
+    whole = (params.cc_kind == CC_HPCC) & params.cc.hpcc_gate_whole_packet
+    allow = jnp.where(whole, whole_packet_allowance(allow, params.payload_bytes.astype(jnp.float64), jnp), allow)
+    return jnp.where(window_based(params), allow, NO_LIMIT)
 
 
 def gate_ps(params: Params, state: State):
@@ -26,22 +40,9 @@ def gate_ps(params: Params, state: State):
 
 
 def polls(params: Params):
-    """() whether the experiment's sender polls (hpcc.pacing=ticks: htsim's HPCCSrc::doNextEvent)."""
+    """() whether the experiment's sender polls (hpcc.pacing=ticks: htsim's HPCCSrc::doNextEvent,
+    ``ops/polls.py``): it hands packets to its NIC's queue, which sends them as handed over."""
     return (params.cc_kind == CC_HPCC) & params.cc.hpcc_pacing_ticks
-
-
-def ready_ps(params: Params, state: State, paced_ps, gate_ps):
-    """(F,) when each flow may start its next packet: paced (``paced_ps``) and the window open
-    (``gate_ps``). With hpcc.pacing=ticks (htsim), ``paced_ps`` is the flow's next poll
-    (``systems/cc.py`` moves it over the polls a window-blocked flow makes before each ACK), so
-    a flow whose window opens at an ACK sends at the poll scheduled before it; a window that
-    opens after the poll (not seen by an ACK of this window) waits whole gaps at the current rate."""
-    ticks = polls(params)
-    full_wire = (params.payload_bytes + params.header_bytes).astype(jnp.float64)
-    gap = jnp.maximum(poll_gap_ps(state.cc.flow_rate_bps, full_wire), 1)
-    late = ticks & (gate_ps > paced_ps) & (gate_ps != NEVER)
-    n_polls = (jnp.where(late, gate_ps - paced_ps, 0) + gap - 1) // gap
-    return jnp.where(late, paced_ps + n_polls * gap, jnp.maximum(paced_ps, gate_ps))
 
 
 def pacing_gap_ps(rate_bps, wire_bytes):
@@ -55,25 +56,15 @@ def poll_gap_ps(rate_bps, wire_bytes):
     return jnp.floor(wire_bytes * float(PS_BITS_PER_BYTE) / jnp.maximum(rate_bps, 1.0) + POLL_GAP_SLACK_PS).astype(jnp.int64)
 
 
-def gap_ps(params: Params, rate_bps, wire_bytes):
-    """The pacing gap of the experiment's sender: the poll gap with hpcc.pacing=ticks."""
-    return jnp.where(polls(params), poll_gap_ps(rate_bps, wire_bytes), pacing_gap_ps(rate_bps, wire_bytes))
-
-
-def next_send_ps(params: Params, cc: CcState, flow, start_ps, serialization_ps, wire_bytes, poll_ps):
+def next_send_ps(params: Params, cc: CcState, flow, start_ps, serialization_ps, wire_bytes):
     """When a flow that started a packet at ``start_ps`` may start the next (arrays over flows).
 
     CC_NONE: back to back at line rate. Otherwise paced at the flow's rate (never faster
-    than the line). hpcc.pacing=ticks (htsim): the next poll, one poll gap after the poll
-    that sent the packet (``poll_ps``, its ready time), whether or not the NIC was free then,
-    but not before the packet's start: htsim's polls while its NIC is busy queue packets
-    there, decided by the window at the poll; ours decides at the start, so it does not
-    catch up on polls it missed (measured: uncongested max 2.07 % -> 0.45 %, incast jobs closer).
+    than the line). (A polling sender's next poll is set by its polls: ``ops/polls.py``.)
     """
     paced = pacing_gap_ps(cc.flow_rate_bps[flow], wire_bytes)
     gap = jnp.where(params.cc_kind == CC_NONE, serialization_ps, jnp.maximum(serialization_ps, paced))
-    poll = poll_ps + jnp.maximum(poll_gap_ps(cc.flow_rate_bps[flow], wire_bytes), 1)
-    return jnp.where(polls(params), jnp.maximum(poll, start_ps), start_ps + gap)
+    return start_ps + gap
 
 
 def on_send(params: Params, cc: CcState, sent, wire_bytes, start_ps) -> CcState:

@@ -65,6 +65,8 @@ def move_times(state: State, flow_mask, flow_delta_ps, port_mask, port_delta_ps,
         ),
         flows=flows.replace(
             flow_next_send_ps=of_flow(flows.flow_next_send_ps),
+            flow_last_poll_ps=of_flow(flows.flow_last_poll_ps),
+            flow_admit_ps=of_flow(flows.flow_admit_ps),
             flow_last_send_ps=of_flow(flows.flow_last_send_ps),
             flow_last_rx_ps=of_flow(flows.flow_last_rx_ps),
         ),
@@ -96,6 +98,7 @@ def advance_flows(params: Params, state: State, mask, n_packets) -> State:
     return state.replace(
         flows=flows.replace(
             flow_sent_packets=flows.flow_sent_packets + n,
+            flow_admitted_packets=flows.flow_admitted_packets + n,
             flow_rx_packets=flows.flow_rx_packets + n,
             flow_acked_packets=flows.flow_acked_packets + n,
             flow_rx_bytes=flows.flow_rx_bytes + n.astype(jnp.int64) * payload,

@@ -11,9 +11,10 @@ the first at or after the cursor, cyclically; if none is ready by then, the firs
 become ready. After a packet of flow f, the cursor moves to the next flow after f that
 had started by then, or back to the first flow when there is none (so a flow that starts
 later joins the cycle after the wrap, as in htsim's map iterator). After sending, a flow
-is next ready when congestion control says (``ops.cc.next_send_ps``). A data packet is
-created only when the port puts it on the wire, in a free slot of its host's share of
-the pool.
+is next ready when congestion control says (``ops.cc.next_send_ps``); a polling sender's
+flow (hpcc.pacing=ticks) when its poll has handed its next packet to the NIC's queue
+(``ops/polls.py``). A data packet is created only when the port puts it on the wire, in a
+free slot of its host's share of the pool.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, Params, State
-from multiverse_jax.ops import cc
+from multiverse_jax.ops import cc, polls
 from multiverse_jax.ops.segments import fifo_head
 from multiverse_jax.units import NEVER
 
@@ -38,20 +39,23 @@ class NicOffer:
     ready_ps: jnp.ndarray  # int64 earliest start of the offered packet (NEVER: nothing to send)
     flow: jnp.ndarray  # int32 flow of the offered packet
     wire_bytes: jnp.ndarray  # int32 its wire size
-    poll_ps: jnp.ndarray  # int64 when its flow was ready (paced, window open), however long the port was busy
     slot: jnp.ndarray  # (H,) int32 free pool slot it would take
     has_slot: jnp.ndarray  # (H,) bool the host has a free slot
 
 
 def sendable_and_ready(params: Params, state: State):
-    """(F,) bool: started, packets left and the CC window opens in this window; and (F,)
-    int64 when each flow may start its next packet (started, paced, window open)."""
+    """(F,) bool: started, packets left and the CC window opens in this window (a polling
+    sender: a packet has been handed to the NIC); and (F,) int64 when each flow may start
+    its next packet (started, paced, window open; a polling sender: when it was handed over)."""
     fp, fs = params.flows, state.flows
     gate_ps = cc.gate_ps(params, state)
     started = fp.flow_valid & (fs.flow_begin_ps != NEVER)
-    sendable = started & (fs.flow_sent_packets < fp.flow_n_packets) & (gate_ps != NEVER)
-    ready = cc.ready_ps(params, state, jnp.maximum(fs.flow_begin_ps, fs.flow_next_send_ps), gate_ps)
-    return sendable, ready
+    left = started & (fs.flow_sent_packets < fp.flow_n_packets)
+    handed_ps = polls.head_ps(state)
+    polling = cc.polls(params)
+    sendable = left & jnp.where(polling, handed_ps != NEVER, gate_ps != NEVER)
+    paced_ps = jnp.maximum(jnp.maximum(fs.flow_begin_ps, fs.flow_next_send_ps), gate_ps)
+    return sendable, jnp.where(polling, handed_ps, paced_ps)
 
 
 class FreeSlots(NamedTuple):
@@ -100,7 +104,6 @@ def offer(params: Params, state: State, now_ps, free: FreeSlots, used) -> NicOff
         ready_ps=ready,
         flow=flow,
         wire_bytes=(payload + params.header_bytes).astype(jnp.int32),
-        poll_ps=flow_ready[flow],
         slot=slot,
         has_slot=has_slot,
     )
@@ -112,7 +115,7 @@ def of_class(offer_: NicOffer, data_class) -> NicOffer:
     def pick(a):
         return jnp.take_along_axis(a, data_class[:, None], axis=1)[:, 0]
 
-    picked = {key: pick(getattr(offer_, key)) for key in ("ready_ps", "flow", "wire_bytes", "poll_ps")}
+    picked = {key: pick(getattr(offer_, key)) for key in ("ready_ps", "flow", "wire_bytes")}
     return dataclasses.replace(offer_, **picked)
 
 
@@ -182,12 +185,10 @@ def emit(
     src = fp.flow_src
     flow_sent = sent[src] & (offer_.flow[src] == jnp.arange(n_flows))
     flow_start_ps, flow_wire = start_ps[src], offer_.wire_bytes[src].astype(jnp.int64)
-    next_send = cc.next_send_ps(
-        params, state.cc, jnp.arange(n_flows), flow_start_ps, serialization_ps[src], flow_wire, offer_.poll_ps[src]
-    )
+    next_send = cc.next_send_ps(params, state.cc, jnp.arange(n_flows), flow_start_ps, serialization_ps[src], flow_wire)
     flows = fs.replace(
         flow_sent_packets=fs.flow_sent_packets + flow_sent,
-        flow_next_send_ps=jnp.where(flow_sent, next_send, fs.flow_next_send_ps),
+        flow_next_send_ps=jnp.where(flow_sent & ~cc.polls(params), next_send, fs.flow_next_send_ps),
         flow_last_send_ps=jnp.where(flow_sent, start_ps[src], fs.flow_last_send_ps),
         flow_flowlet=jnp.where(flow_sent, flowlet[src].astype(jnp.uint32), fs.flow_flowlet),
     )

@@ -58,9 +58,10 @@ class ServiceOrder(NamedTuple):
 
 
 def rank_limit(static) -> int:
-    """Ranks are below this: a flow index, or with ``Static.switch_serial`` k * F + a flow
-    index, k the packets ahead at a switch's instant (fewer than its ports)."""
-    return static.n_flows * (static.n_ports + 1 if static.switch_serial else 1)
+    """Ranks are below this: a flow index, or with ``Static.switch_serial`` also
+    (k, place) < (ports + 1, queues + 1) (``systems.transmit._pipeline_rank``)."""
+    n_queues = static.n_ports * (1 + static.n_data_classes)
+    return max(static.n_flows, (static.n_ports + 1) * (n_queues + 1) if static.switch_serial else 0)
 
 
 def packet_class(params: Params, pkts: PacketState):

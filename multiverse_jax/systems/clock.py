@@ -1,7 +1,8 @@
 """Clock: move an experiment to its next window, jumping over time where nothing happens.
 
 The next window starts at the window end, or later if the experiment's next event (a
-packet arrival, a flow allowed to send, a flow start) is later than that: an idle
+packet arrival, a flow allowed to send, a flow start, a poll of a sender whose window is
+open) is later than that: an idle
 network jumps straight to its next event. In hybrid mode a frozen partition's events lie
 far in the future (``ops/freeze.py``) and its planned thaw is an event: an experiment whose
 active flows are all frozen jumps to the earliest thaw or flow start. A finished (or failed) experiment's clock stops.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, Params, State
-from multiverse_jax.ops import cc, nic, pfc
+from multiverse_jax.ops import cc, nic, pfc, polls
 from multiverse_jax.units import NEVER
 from multiverse_jax.ops.packets import in_flight, queued
 
@@ -26,6 +27,7 @@ def clock(params: Params, state: State, window_end_ps) -> State:
     next_send = jnp.min(jnp.where(sendable, ready_ps, NEVER))
     next_event = jnp.minimum(jnp.minimum(next_arrival, next_send), jnp.where(anything_queued, window_end_ps, NEVER))
     next_event = jnp.minimum(next_event, cc.next_timer_ps(params, state))
+    next_event = jnp.minimum(next_event, polls.open_due_ps(params, state))  # a poll that can hand a packet over
     next_event = jnp.minimum(next_event, pfc.next_release_ps(params, state, window_end_ps))
     next_event = jnp.minimum(next_event, jnp.min(jnp.where(state.steady.frozen, state.steady.thaw_at_ps, NEVER)))
     stalled = ~state.done & (next_event == NEVER)

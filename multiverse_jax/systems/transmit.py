@@ -180,26 +180,33 @@ def depart(
 def _pipeline_rank(params: Params, order: queues.ServiceOrder, head, arrival_ps, packet: queues.QueuedPacket):
     """switch.pipeline=serial (htsim's FatTreeSwitch CallbackPipe): (P,) the rank of each
     port's queued ``packet`` (arrived at ``arrival_ps``) as it leaves its switch's pipeline.
-    The packets that reach one switch at the same instant pass it one at a time, in the
-    order of their arrival events; the k-th one's egress event is scheduled after every
-    switch's (k-1)-th, so its rank is k * F + its chain's flow (ranks below F: the
-    switches' first packets). k counts the packets ahead of it, by the FIFO tie-breaks,
-    among the heads of its switch's queues (a packet that arrived at that instant behind
-    another in its queue is not seen: a ports x queues comparison per round)."""
-    n_flows, n_slots = params.static.n_flows, params.static.n_slots
+
+    The packets that reach one switch at the same instant pass its pipeline one per round
+    of the event list: the k-th in round k, after every switch's (k-1)-th. Within a round
+    the switches go in the order of their first arrivals at that instant (each switch's
+    pipeline event is scheduled when its first packet arrives, and reschedules itself). So
+    the rank is (k, the first arrival's place among that instant's arrivals), as
+    k * (Q + 1) + place. Arrivals are ordered by the FIFO tie-breaks and seen among the heads
+    of the queues (one that arrived at that instant behind another in its queue is not
+    seen): a queues x queues comparison per round."""
+    n_slots, n_ports = params.static.n_slots, params.static.n_ports
     n_queues = head.shape[0]
-    other_ps, other_slot = queues.heads(order, head, n_slots)  # (Q,)
+    at_ps, slot = queues.heads(order, head, n_slots)  # (Q,)
     other = queues.at_head(order, head, jnp.arange(n_queues))  # (Q,) each
-    node = params.ports.port_node
-    other_node = jnp.repeat(node, n_queues // params.static.n_ports)
-    same = (other_slot < n_slots)[None, :] & (other_node[None, :] == node[:, None]) & (other_ps[None, :] == arrival_ps[:, None])
-    o_sched, o_prior, o_rank = other.scheduled_ps[None, :], other.prior_ps[None, :], other.rank[None, :]
-    m_sched, m_prior, m_rank = packet.scheduled_ps[:, None], packet.prior_ps[:, None], packet.rank[:, None]
-    ahead = (o_sched < m_sched) | (
-        (o_sched == m_sched) & ((o_prior < m_prior) | ((o_prior == m_prior) & (o_rank < m_rank)))
-    )  # (P, Q)
-    k = jnp.sum(same & ahead, axis=1).astype(jnp.int32)
-    return k * n_flows + packet.rank % n_flows
+    queue_node = jnp.repeat(params.ports.port_node, n_queues // n_ports)
+
+    def ahead(a_sched, a_prior, a_rank, b_sched, b_prior, b_rank):
+        return (a_sched < b_sched) | ((a_sched == b_sched) & ((a_prior < b_prior) | ((a_prior == b_prior) & (a_rank < b_rank))))
+
+    key = (other.scheduled_ps, other.prior_ps, other.rank)
+    instant = (slot < n_slots)[:, None] & (slot < n_slots)[None, :] & (at_ps[:, None] == at_ps[None, :])  # (Q, Q)
+    place = jnp.sum(instant & ahead(*(k[:, None] for k in key), *(k[None, :] for k in key)), axis=0)  # (Q,) heads ahead
+    # Each port's packet against the heads of its switch's queues at its instant.
+    same = (slot < n_slots)[None, :] & (queue_node[None, :] == params.ports.port_node[:, None]) & (at_ps[None, :] == arrival_ps[:, None])
+    mine = (packet.scheduled_ps[:, None], packet.prior_ps[:, None], packet.rank[:, None])
+    k = jnp.sum(same & ahead(*(c[None, :] for c in key), *mine), axis=1).astype(jnp.int32)  # (P,)
+    first_place = jnp.min(jnp.where(same, place[None, :], n_queues), axis=1).astype(jnp.int32)
+    return k * (n_queues + 1) + first_place
 
 
 def _ranks(ports, available_ps, arriving_rank, last_bit_ps):
