@@ -169,6 +169,29 @@ def test_uncongested_roce_matches_htsim_to_the_picosecond(tmp_path):
     np.testing.assert_array_equal(flows["htsim_fct_ps"], expected)
 
 
+def test_hpcc_incast_matches_htsim_flow_by_flow(tmp_path):
+    """HPCC configured like htsim, 8 senders of 1 MB into one host (incast8x1MB-s0, htsim's
+    routes): every FCT within 0.01 % of htsim_hpcc's, and htsim's output moves by more than
+    that when its links are 10 ppm slower (so the agreement is not one of insensitivity)."""
+    try:
+        build = htsim.build_htsim()
+    except htsim.PeerUnavailable as reason:
+        pytest.skip(f"htsim not available: {reason}")
+    network = htsim.HtsimNetwork()
+    scenario = next(s for s in quick_suite(network.n_hosts) if s.name == "incast8x1MB-s0")
+    cm_path = scenario.write(tmp_path / "incast.cm")
+    run = htsim.run_htsim(build, "hpcc", cm_path, network, tmp_path)
+    experiment = htsim.pinned_experiment(run, network, "hpcc", cm_path, tmp_path)
+    (result,) = simulate([experiment])
+    flows = htsim.compare(result.flows, run)
+    assert len(flows["fct_error"]) == 8 and np.all(np.abs(flows["fct_error"]) < 1e-4), flows["fct_error"]
+    slower = tmp_path / "slower"
+    slower.mkdir()
+    other = htsim.run_htsim(build, "hpcc", cm_path, htsim.HtsimNetwork(rate_gbps=99.999), slower)
+    moved = [abs(other.finish_ps[i] - run.finish_ps[i]) / (run.finish_ps[i] - run.start_ps[i]) for i in run.finish_ps]
+    assert max(moved) > 1e-3
+
+
 def test_trace_parsing_names_ports_and_packets():
     """htsim's departure lines become hops in our names: data by its first byte, an ACK by
     the bytes it acknowledges; other lines are skipped."""
