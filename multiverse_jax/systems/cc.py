@@ -85,6 +85,8 @@ class _Events(NamedTuple):
     """The loop's carry: what the window's events have changed so far."""
 
     pending: jnp.ndarray  # (S,) bool ACKs of this window not yet applied
+    ack_ps: jnp.ndarray  # (F,) int64 each flow's next pending ACK (NEVER: none)
+    ack_slot: jnp.ndarray  # (F,) int32 its pool slot
     cc: CcState
     acked: jnp.ndarray  # (F,) int32 ACKs applied (from the window start's count)
     n_acks: jnp.ndarray  # (F,) int32 ACKs of this window applied
@@ -109,12 +111,15 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
         flow_gate_ps=jnp.where(entry == 0, jnp.int64(0), NEVER) + jnp.zeros((n_flows, 1), jnp.int64),
     )
 
+    def next_acks(pending):  # (F,) each flow's earliest pending ACK: a pass over the pool
+        t_ack, slot = fifo_head(pending, pkts.pkt_time_ps, pkts.pkt_flow, n_flows, window_start_ps)
+        return t_ack, jnp.minimum(slot, n_slots - 1)
+
     def next_events(ev: _Events):
-        t_ack, slot = fifo_head(ev.pending, pkts.pkt_time_ps, pkts.pkt_flow, n_flows, window_start_ps)
         t_timer, which = dcqcn.next_timer(ev.cc.dcqcn)
         t_timer = jnp.where(timers_on, t_timer, NEVER)
         t_poll = polls_.due_ps(params, state, ev.polls)
-        return t_ack, jnp.minimum(slot, n_slots - 1), t_timer, which, t_poll
+        return ev.ack_ps, ev.ack_slot, t_timer, which, t_poll
 
     def any_event(ev: _Events):
         t_ack, _, t_timer, _, t_poll = next_events(ev)
@@ -131,7 +136,10 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
         acked = ev.acked + is_ack
         cc, p = ev.cc, ev.polls
         sent = jnp.where(polling, p.admitted, flows.flow_sent_packets)  # snd_nxt as the ACK arrives
-        after_ack = _on_ack(params, cc, _ack_event(params, state, slot, acked, sent, line_rate))
+        # (A round of polls and timers only skips the ACK rules and the pass over the pool.)
+        after_ack = jax.lax.cond(
+            jnp.any(is_ack), lambda: _on_ack(params, cc, _ack_event(params, state, slot, acked, sent, line_rate)), lambda: cc
+        )
         after_timer = dcqcn.on_timer(params.cc, cc, t_timer, which, line_rate)
         new = jax.tree.map(
             lambda a, t, old: jnp.where(_lead(is_ack, old), a, jnp.where(_lead(is_timer, old), t, old)),
@@ -154,9 +162,12 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
             flow_gate_ps=jnp.where(record, t_ack[:, None], new.flow_gate_ps),
         )
         pending = ev.pending.at[jnp.where(is_ack, slot, n_slots)].set(False, mode="drop")
-        return _Events(pending, new, acked, n_acks, p)
+        t_next, slot_next = jax.lax.cond(jnp.any(is_ack), next_acks, lambda _: (t_ack, slot), pending)
+        return _Events(pending, t_next, slot_next, new, acked, n_acks, p)
 
-    init = _Events(acks_here, cc, flows.flow_acked_packets, jnp.zeros(n_flows, jnp.int32), polls_.of_state(state))
+    init = _Events(
+        acks_here, *next_acks(acks_here), cc, flows.flow_acked_packets, jnp.zeros(n_flows, jnp.int32), polls_.of_state(state)
+    )
     ev = jax.lax.while_loop(any_event, one_event, init)
     # A later cut binds earlier entries too (never send more than a later state allows).
     gate = ev.cc.flow_gate_allow_bytes

@@ -168,7 +168,7 @@ def depart(
     arriving_rank = jnp.where(creates, offer.flow[host, data_class], head_packet.rank)
     if params.static.switch_serial:
         serial = params.switch_serial & ~creates & (params.ports.port_host < 0)
-        pipeline_rank = _pipeline_rank(params, order, head, class_ready_ps, head_packet)
+        pipeline_rank = _pipeline_rank(params, order, head, chosen)
         arriving_rank = jnp.where(serial, pipeline_rank, arriving_rank)
     busy_rank, rank = _ranks(state.ports, class_ready_ps, arriving_rank, start + ser_ps)
     return Departures(
@@ -177,36 +177,36 @@ def depart(
     )  # fmt: skip
 
 
-def _pipeline_rank(params: Params, order: queues.ServiceOrder, head, arrival_ps, packet: queues.QueuedPacket):
-    """switch.pipeline=serial (htsim's FatTreeSwitch CallbackPipe): (P,) the rank of each
-    port's queued ``packet`` (arrived at ``arrival_ps``) as it leaves its switch's pipeline.
+def _pipeline_rank(params: Params, order: queues.ServiceOrder, head, chosen):
+    """switch.pipeline=serial (htsim's FatTreeSwitch CallbackPipe): (P,) the rank of the
+    packet at the head of each port's ``chosen`` class queue as it leaves its switch's
+    pipeline.
 
     The packets that reach one switch at the same instant pass its pipeline one per round
     of the event list: the k-th in round k, after every switch's (k-1)-th. Within a round
     the switches go in the order of their first arrivals at that instant (each switch's
     pipeline event is scheduled when its first packet arrives, and reschedules itself). So
-    the rank is (k, the first arrival's place among that instant's arrivals), as
-    k * (Q + 1) + place. Arrivals are ordered by the FIFO tie-breaks and seen among the heads
+    the rank is (k, the first arrival's place among the arrivals), as k * (Q + 1) + place.
+    Arrivals are ordered by their instant and the FIFO tie-breaks, and seen among the heads
     of the queues (one that arrived at that instant behind another in its queue is not
-    seen): a queues x queues comparison per round."""
+    seen): two sorts of the Q heads per round."""
     n_slots, n_ports = params.static.n_slots, params.static.n_ports
     n_queues = head.shape[0]
-    at_ps, slot = queues.heads(order, head, n_slots)  # (Q,)
+    at_ps, slot = queues.heads(order, head, n_slots)  # (Q,) NEVER for an empty queue
     other = queues.at_head(order, head, jnp.arange(n_queues))  # (Q,) each
-    queue_node = jnp.repeat(params.ports.port_node, n_queues // n_ports)
-
-    def ahead(a_sched, a_prior, a_rank, b_sched, b_prior, b_rank):
-        return (a_sched < b_sched) | ((a_sched == b_sched) & ((a_prior < b_prior) | ((a_prior == b_prior) & (a_rank < b_rank))))
-
-    key = (other.scheduled_ps, other.prior_ps, other.rank)
-    instant = (slot < n_slots)[:, None] & (slot < n_slots)[None, :] & (at_ps[:, None] == at_ps[None, :])  # (Q, Q)
-    place = jnp.sum(instant & ahead(*(k[:, None] for k in key), *(k[None, :] for k in key)), axis=0)  # (Q,) heads ahead
-    # Each port's packet against the heads of its switch's queues at its instant.
-    same = (slot < n_slots)[None, :] & (queue_node[None, :] == params.ports.port_node[:, None]) & (at_ps[None, :] == arrival_ps[:, None])
-    mine = (packet.scheduled_ps[:, None], packet.prior_ps[:, None], packet.rank[:, None])
-    k = jnp.sum(same & ahead(*(c[None, :] for c in key), *mine), axis=1).astype(jnp.int32)  # (P,)
-    first_place = jnp.min(jnp.where(same, place[None, :], n_queues), axis=1).astype(jnp.int32)
-    return k * (n_queues + 1) + first_place
+    node = jnp.repeat(params.ports.port_node, n_queues // n_ports)
+    ties = (other.rank, other.prior_ps, other.scheduled_ps, at_ps)  # least significant first
+    position = jnp.arange(n_queues, dtype=jnp.int32)
+    place = jnp.zeros(n_queues, jnp.int32).at[jnp.lexsort(ties)].set(position)  # (Q,) among all heads
+    # Grouped by switch and instant: k is the position in the group, the group's first its first arrival.
+    by_node = jnp.lexsort(ties + (node,))
+    node_s, at_s = node[by_node], at_ps[by_node]
+    starts = jnp.concatenate([jnp.ones(1, bool), (node_s[1:] != node_s[:-1]) | (at_s[1:] != at_s[:-1])])
+    group_start = jax.lax.cummax(jnp.where(starts, position, 0))
+    k = jnp.zeros(n_queues, jnp.int32).at[by_node].set(position - group_start)
+    first_place = jnp.zeros(n_queues, jnp.int32).at[by_node].set(place[by_node[group_start]])
+    queue = (1 + params.static.n_data_classes) * jnp.arange(n_ports) + chosen
+    return k[queue] * (n_queues + 1) + first_place[queue]
 
 
 def _ranks(ports, available_ps, arriving_rank, last_bit_ps):
