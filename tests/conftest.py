@@ -166,7 +166,7 @@ MODULE_SECONDS = {
     "test_hybrid.py": 180, "test_engine.py": 124, "test_cc.py": 66, "test_sweep.py": 63, "test_cli.py": 59,
     "test_flow_mode.py": 54, "test_link_events.py": 50, "test_invariants.py": 53, "test_experiments.py": 38, "test_workload_files.py": 39,
     "test_search.py": 28, "test_importers.py": 25, "test_lockstep.py": 20, "test_golden.py": 25, "test_sharding.py": 23,
-    "test_restorer_model.py": 23, "test_restorer_dataset.py": 20, "test_hpcc_htsim.py": 45,
+    "test_restorer_model.py": 23, "test_restorer_dataset.py": 20, "test_hpcc_htsim.py": 25,
 }  # fmt: skip
 
 
