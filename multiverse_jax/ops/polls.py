@@ -68,14 +68,23 @@ def due_ps(params: Params, state: State, p: Polls):
     return jnp.where(polling, jnp.maximum(begin, p.next_poll_ps), NEVER)
 
 
+def _gap_ps(params: Params, cc: CcState):
+    """(F,) htsim's _packet_spacing at each flow's current rate (at least 1 ps)."""
+    full_wire = (params.payload_bytes + params.header_bytes).astype(jnp.float64)
+    return jnp.maximum(poll_gap_ps(cc.flow_rate_bps, full_wire), 1)
+
+
+def _window_open(params: Params, cc: CcState, acked_packets, admitted):
+    """(F,) the window lets each flow hand one more packet over (htsim: cwnd >= flight + MSS)."""
+    return allowance_bytes(params, cc, acked_packets) > admitted.astype(jnp.float64) * params.payload_bytes
+
+
 def poll(params: Params, cc: CcState, acked_packets, p: Polls, at_ps, due) -> Polls:
     """The polls of the flows ``due`` (F,) at ``at_ps`` (F,), with the rates and windows of
     ``cc`` and ``acked_packets`` (F,) acknowledged."""
-    full_wire = (params.payload_bytes + params.header_bytes).astype(jnp.float64)
-    gap = jnp.maximum(poll_gap_ps(cc.flow_rate_bps, full_wire), 1)
+    gap = _gap_ps(params, cc)
     counts = due & ((p.last_poll_ps == 0) | (at_ps - p.last_poll_ps >= gap))  # htsim: _time_last_sent == 0 is "never"
-    sent_bytes = p.admitted.astype(jnp.float64) * params.payload_bytes
-    hands = counts & (allowance_bytes(params, cc, acked_packets) > sent_bytes)
+    hands = counts & _window_open(params, cc, acked_packets, p.admitted)
     column = p.admitted % p.admit_ps.shape[1]
     hit = hands[:, None] & (jnp.arange(p.admit_ps.shape[1]) == column[:, None])
     last = jnp.where(counts, at_ps, p.last_poll_ps)
@@ -92,9 +101,8 @@ def skip_blocked(params: Params, cc: CcState, acked_packets, p: Polls, until_ps,
     window end) while their window stays closed: none hands a packet over and each counts
     (the rate, so the gap, is that of the last poll), so the last is the one before
     ``until_ps`` and the next one gap after it."""
-    full_wire = (params.payload_bytes + params.header_bytes).astype(jnp.float64)
-    gap = jnp.maximum(poll_gap_ps(cc.flow_rate_bps, full_wire), 1)
-    closed = ~(allowance_bytes(params, cc, acked_packets) > p.admitted.astype(jnp.float64) * params.payload_bytes)
+    gap = _gap_ps(params, cc)
+    closed = ~_window_open(params, cc, acked_packets, p.admitted)
     behind = mask & closed & (p.next_poll_ps < until_ps) & (p.next_poll_ps != NEVER)
     n_polls = (jnp.where(behind, until_ps - p.next_poll_ps, 0) + gap - 1) // gap
     return p._replace(
@@ -103,12 +111,17 @@ def skip_blocked(params: Params, cc: CcState, acked_packets, p: Polls, until_ps,
     )
 
 
+def poll_and_skip(params: Params, cc: CcState, acked_packets, p: Polls, at_ps, due, until_ps) -> Polls:
+    """``poll``, then ``skip_blocked`` up to ``until_ps`` (F,) for the flows that polled."""
+    p = poll(params, cc, acked_packets, p, at_ps, due)
+    return skip_blocked(params, cc, acked_packets, p, until_ps, due)
+
+
 def open_due_ps(params: Params, state: State):
     """() the earliest next poll of a flow whose window is open (NEVER if none): an event
     for the clock. A flow whose window is closed waits for an ACK, itself an event."""
     p = of_state(state)
-    sent_bytes = p.admitted.astype(jnp.float64) * params.payload_bytes
-    open_ = allowance_bytes(params, state.cc, state.flows.flow_acked_packets) > sent_bytes
+    open_ = _window_open(params, state.cc, state.flows.flow_acked_packets, p.admitted)
     return jnp.min(jnp.where(open_, due_ps(params, state, p), NEVER))
 
 

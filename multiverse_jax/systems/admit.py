@@ -25,8 +25,7 @@ def admit(params: Params, state: State, window_end_ps) -> State:
 
     def one_poll(p: polls.Polls) -> polls.Polls:
         at_ps, is_due = due(p)
-        p = polls.poll(params, state.cc, acked, p, at_ps, is_due)
-        return polls.skip_blocked(params, state.cc, acked, p, jnp.full_like(at_ps, window_end_ps), is_due)
+        return polls.poll_and_skip(params, state.cc, acked, p, at_ps, is_due, jnp.full_like(at_ps, window_end_ps))
 
     p = jax.lax.while_loop(lambda p: jnp.any(due(p)[1]), one_poll, polls.of_state(state))
     return polls.into_state(state, p)

@@ -150,8 +150,7 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
         next_send = _retime(params, flows.replace(flow_next_send_ps=p.next_poll_ps), cc.flow_rate_bps, new.flow_rate_bps, t_event, full_wire)
         p = p._replace(next_poll_ps=next_send)
         # A polling sender's poll; then the polls its closed window makes in vain before its next ACK.
-        p = polls_.poll(params, new, acked, p, t_poll, is_poll)
-        p = polls_.skip_blocked(params, new, acked, p, jnp.minimum(t_ack, window_end_ps), is_poll)
+        p = polls_.poll_and_skip(params, new, acked, p, t_poll, is_poll, jnp.minimum(t_ack, window_end_ps))
         # Window gate: from this ACK on, the flow may have sent acked + window bytes.
         n_acks = ev.n_acks + is_ack
         at = jnp.minimum(n_acks, GATE_ENTRIES - 1)[:, None] == entry

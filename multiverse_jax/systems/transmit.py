@@ -136,12 +136,12 @@ def start_times(params: Params, state: State, ready_ps, window_start_ps):
 
 
 def depart(
-    params: Params, state: State, offer: nic.NicOffer, start, chosen, heads, window_end_ps, head_packet, order, head
+    params: Params, state: State, offer: nic.NicOffer, start, chosen, heads, window_end_ps, head_packet, pipeline_rank=None
 ) -> Departures:
     """What each port starts: the chosen class's candidate (``heads``: ``class_heads``'
     slots, offer flags and availability times, (P, 1 + C) each; ``head_packet``: the
-    queued packet at the head of the chosen class; ``order``, ``head``: the window's
-    service order and the queues' pointers), if it starts inside the
+    queued packet at the head of the chosen class; ``pipeline_rank``: its rank as it
+    leaves a serial switch, ``_pipeline_rank``, with ``Static.switch_serial``), if it starts inside the
     window; its wire size and serialisation; its arrival at the far end, when that arrival
     is scheduled and its rank. A NIC whose host has no free slot starts nothing
     (``ERROR_POOL_FULL``)."""
@@ -166,9 +166,8 @@ def depart(
     fresh_link = start + ser_ps >= state.ports.port_last_arrival_ps
     prior_ps = jnp.where(fresh_link, start, state.ports.port_last_scheduled_ps)
     arriving_rank = jnp.where(creates, offer.flow[host, data_class], head_packet.rank)
-    if params.static.switch_serial:
+    if pipeline_rank is not None:
         serial = params.switch_serial & ~creates & (params.ports.port_host < 0)
-        pipeline_rank = _pipeline_rank(params, order, head, chosen)
         arriving_rank = jnp.where(serial, pipeline_rank, arriving_rank)
     busy_rank, rank = _ranks(state.ports, class_ready_ps, arriving_rank, start + ser_ps)
     return Departures(
@@ -177,10 +176,9 @@ def depart(
     )  # fmt: skip
 
 
-def _pipeline_rank(params: Params, order: queues.ServiceOrder, head, chosen):
+def _pipeline_rank(params: Params, order: queues.ServiceOrder, head, chosen_queue):
     """switch.pipeline=serial (htsim's FatTreeSwitch CallbackPipe): (P,) the rank of the
-    packet at the head of each port's ``chosen`` class queue as it leaves its switch's
-    pipeline.
+    packet at the head of each port's ``chosen_queue`` as it leaves its switch's pipeline.
 
     The packets that reach one switch at the same instant pass its pipeline one per round
     of the event list: the k-th in round k, after every switch's (k-1)-th. Within a round
@@ -205,8 +203,7 @@ def _pipeline_rank(params: Params, order: queues.ServiceOrder, head, chosen):
     group_start = jax.lax.cummax(jnp.where(starts, position, 0))
     k = jnp.zeros(n_queues, jnp.int32).at[by_node].set(position - group_start)
     first_place = jnp.zeros(n_queues, jnp.int32).at[by_node].set(place[by_node[group_start]])
-    queue = (1 + params.static.n_data_classes) * jnp.arange(n_ports) + chosen
-    return k[queue] * (n_queues + 1) + first_place[queue]
+    return k[chosen_queue] * (n_queues + 1) + first_place[chosen_queue]
 
 
 def _ranks(ports, available_ps, arriving_rank, last_bit_ps):
@@ -377,7 +374,8 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     chosen_queue = n_classes * jnp.arange(n_ports) + chosen
     head_packet = queues.at_head(order, head, chosen_queue)  # (P,) each: what a port serving its queue sends
     heads = (class_slot, class_is_offer, ready_ps)
-    dep = depart(params, state, offer, start, chosen, heads, window_end_ps, head_packet, order, head)
+    pipeline_rank = _pipeline_rank(params, order, head, chosen_queue) if params.static.switch_serial else None
+    dep = depart(params, state, offer, start, chosen, heads, window_end_ps, head_packet, pipeline_rank)
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included (see watch_queues).
     queue_bytes = queues.queued_bytes(order, head, n_ports, dep.start)  # (P,)
