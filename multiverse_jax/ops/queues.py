@@ -70,7 +70,7 @@ def packet_class(params: Params, pkts: PacketState):
     return jnp.where(control, 0, 1 + params.flows.flow_priority[pkts.pkt_flow]).astype(jnp.int32)
 
 
-def _sort_by(key, order, index_bits: int):
+def sort_by(key, order, index_bits: int):
     """``order`` (n,) int32 stably re-sorted by ``key[order]`` (n,) int64 (non-negative,
     below ``2**(63 - index_bits)``): one sort of a single packed key (key, then position),
     unpacked; sorting with an operand, or on several keys, costs ~5-20x more on a CPU."""
@@ -139,45 +139,55 @@ def _no_queues(params: Params) -> ServiceOrder:
     )  # fmt: skip
 
 
+def fifo_order(params: Params, time_ps, scheduled_ps, prior_ps, rank, window_end_ps):
+    """(n,) int32 the positions 0..n-1 of n packets in FIFO order: by arrival ``time_ps``,
+    then the earlier ``scheduled_ps`` (``PacketState.pkt_scheduled_ps``), then
+    (switch.pipeline=serial) the earlier ``prior_ps``, then the lower ``rank``, then the
+    lower position; (n,) each (``prior_ps`` None unless ``Static.switch_serial``).
+
+    Stable sorts of one packed 64-bit key each, least significant first. Arrivals are
+    taken relative to the window's end over ``2**(62 - index bits)`` ps (1.1 hours for
+    65,536 positions); the scheduling tie-breaks (at most a link delay before the arrival)
+    are clipped to the bits the ranks leave (``2**(61 - index bits - rank bits)`` ps: 17 ms
+    for 65,536 positions and 1,000 flows). With ``Static.switch_serial`` the tie-breaks
+    take two sorts: the rank after ``prior_ps``, then ``scheduled_ps``.
+    """
+    n = time_ps.shape[0]
+    index_bits = max(1, n.bit_length())
+    rank_bits = (rank_limit(params.static) + 2).bit_length()
+    half = 1 << (62 - index_bits - rank_bits - 1)
+
+    def offset(t_ps):  # an instant at or before the arrival, relative to it, in the bits left
+        return jnp.clip(t_ps - time_ps + half, 0, 2 * half - 1)
+
+    rank = jnp.clip(rank.astype(jnp.int64) + 1, 0, (1 << rank_bits) - 1)
+    order = jnp.arange(n, dtype=jnp.int32)
+    if params.static.switch_serial:
+        prior = jnp.where(params.switch_serial, offset(prior_ps), 0)
+        order = sort_by((prior << rank_bits) | rank, order, index_bits)
+        order = sort_by(offset(scheduled_ps), order, index_bits)
+    else:
+        order = sort_by((offset(scheduled_ps) << rank_bits) | rank, order, index_bits)
+    span = 1 << (62 - index_bits)
+    return sort_by(jnp.clip(time_ps - (window_end_ps - span // 2), 0, span - 1), order, index_bits)
+
+
 def _order_of(params: Params, pkts: PacketState, window_end_ps, members) -> ServiceOrder:
     """The service order of the pool slots ``members`` (n,) int32 (in increasing slot
     order; ``n_slots``: none), over n positions.
 
-    Three stable sorts of one packed 64-bit key each, least significant first: the
-    tie-breaks, the arrival time, the queue. Arrivals are taken relative to the window's
-    end over ``2**(62 - index bits)`` ps (1.1 hours for 65,536 positions); the scheduling
-    tie-break (at most a link delay) is clipped to the bits the flow ranks leave
-    (``2**(61 - index bits - rank bits)`` ps: 17 ms for 65,536 positions and 1,000 flows).
-    With ``Static.switch_serial`` the tie-breaks take two sorts: the rank after
-    ``pkt_prior_ps``, then ``pkt_scheduled_ps``.
+    The FIFO order (``fifo_order``), then one more stable sort by queue.
     """
     n_ports, n_classes, n_slots = params.static.n_ports, 1 + params.static.n_data_classes, params.static.n_slots
     n_queues, n = n_ports * n_classes, members.shape[0]
     index_bits = max(1, n.bit_length())
-    rank_bits = (rank_limit(params.static) + 2).bit_length()
-    offset_bits = 62 - index_bits - rank_bits
     at = jnp.minimum(members, n_slots - 1)
     time_ps = pkts.pkt_time_ps[at]
-    half = 1 << (offset_bits - 1)
-
-    def offset(t_ps):  # an instant at or before the arrival, relative to it, in offset_bits
-        return jnp.clip(t_ps[at] - time_ps + half, 0, 2 * half - 1)
-
-    # Tie-breaks: the earlier-scheduled arrival (pkt_scheduled_ps - pkt_time_ps <= 0), then
-    # (switch.pipeline=serial) the earlier pkt_prior_ps, then the lower rank.
-    rank = jnp.clip(pkts.pkt_rank[at].astype(jnp.int64) + 1, 0, (1 << rank_bits) - 1)
-    order = jnp.arange(n, dtype=jnp.int32)
-    if params.static.switch_serial:
-        prior = jnp.where(params.switch_serial, offset(pkts.pkt_prior_ps), 0)
-        order = _sort_by((prior << rank_bits) | rank, order, index_bits)
-        order = _sort_by(offset(pkts.pkt_scheduled_ps), order, index_bits)
-    else:
-        order = _sort_by((offset(pkts.pkt_scheduled_ps) << rank_bits) | rank, order, index_bits)
-    span = 1 << (62 - index_bits)
-    order = _sort_by(jnp.clip(time_ps - (window_end_ps - span // 2), 0, span - 1), order, index_bits)
+    prior_ps = pkts.pkt_prior_ps[at] if params.static.switch_serial else None
+    order = fifo_order(params, time_ps, pkts.pkt_scheduled_ps[at], prior_ps, pkts.pkt_rank[at], window_end_ps)
     is_queued = (members < n_slots) & queued(pkts)[at]
     queue = jnp.where(is_queued, n_classes * pkts.pkt_port[at] + packet_class(params, pkts)[at], n_queues)
-    position = _sort_by(queue.astype(jnp.int64), order, index_bits)
+    position = sort_by(queue.astype(jnp.int64), order, index_bits)
     sorted_queue, slot = queue[position], members[position]
     in_queue = sorted_queue < n_queues
     at = jnp.minimum(slot, n_slots - 1)

@@ -176,7 +176,7 @@ def depart(
     )  # fmt: skip
 
 
-def _pipeline_rank(params: Params, order: queues.ServiceOrder, head, chosen_queue):
+def _pipeline_rank(params: Params, order: queues.ServiceOrder, head, chosen_queue, window_end_ps):
     """switch.pipeline=serial (htsim's FatTreeSwitch CallbackPipe): (P,) the rank of the
     packet at the head of each port's ``chosen_queue`` as it leaves its switch's pipeline.
 
@@ -187,17 +187,17 @@ def _pipeline_rank(params: Params, order: queues.ServiceOrder, head, chosen_queu
     the rank is (k, the first arrival's place among the arrivals), as k * (Q + 1) + place.
     Arrivals are ordered by their instant and the FIFO tie-breaks, and seen among the heads
     of the queues (one that arrived at that instant behind another in its queue is not
-    seen): two sorts of the Q heads per round."""
+    seen): the packed-key sorts of ``queues.fifo_order`` and one by switch, over the Q heads, per round."""
     n_slots, n_ports = params.static.n_slots, params.static.n_ports
     n_queues = head.shape[0]
     at_ps, slot = queues.heads(order, head, n_slots)  # (Q,) NEVER for an empty queue
     other = queues.at_head(order, head, jnp.arange(n_queues))  # (Q,) each
     node = jnp.repeat(params.ports.port_node, n_queues // n_ports)
-    ties = (other.rank, other.prior_ps, other.scheduled_ps, at_ps)  # least significant first
+    # The heads in FIFO order (arrival, then its tie-breaks), then grouped by switch, stably.
+    by_arrival = queues.fifo_order(params, at_ps, other.scheduled_ps, other.prior_ps, other.rank, window_end_ps)
     position = jnp.arange(n_queues, dtype=jnp.int32)
-    place = jnp.zeros(n_queues, jnp.int32).at[jnp.lexsort(ties)].set(position)  # (Q,) among all heads
-    # Grouped by switch and instant: k is the position in the group, the group's first its first arrival.
-    by_node = jnp.lexsort(ties + (node,))
+    place = jnp.zeros(n_queues, jnp.int32).at[by_arrival].set(position)  # (Q,) among all heads
+    by_node = queues.sort_by(node.astype(jnp.int64), by_arrival, n_queues.bit_length())
     node_s, at_s = node[by_node], at_ps[by_node]
     starts = jnp.concatenate([jnp.ones(1, bool), (node_s[1:] != node_s[:-1]) | (at_s[1:] != at_s[:-1])])
     group_start = jax.lax.cummax(jnp.where(starts, position, 0))
@@ -374,7 +374,7 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     chosen_queue = n_classes * jnp.arange(n_ports) + chosen
     head_packet = queues.at_head(order, head, chosen_queue)  # (P,) each: what a port serving its queue sends
     heads = (class_slot, class_is_offer, ready_ps)
-    pipeline_rank = _pipeline_rank(params, order, head, chosen_queue) if params.static.switch_serial else None
+    pipeline_rank = _pipeline_rank(params, order, head, chosen_queue, window_end_ps) if params.static.switch_serial else None
     dep = depart(params, state, offer, start, chosen, heads, window_end_ps, head_packet, pipeline_rank)
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included (see watch_queues).
