@@ -51,7 +51,7 @@ def transmit_rounds(params, state):
         if name == "transmit":
             break
         state = system(params, state, end)
-    order, free = queues.service_order(params, state.packets, end), nic.free_slots(params, state.packets)
+    order, free = queues.service_order(params, state.packets, end, state.order), nic.free_slots(params, state.packets)
     upcoming = upcoming_egress(params, state.packets)  # as systems/transmit.transmit computes them
     serving = Serving(state, queues.queue_start(order), jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
 

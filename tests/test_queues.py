@@ -5,12 +5,15 @@ The shared test shape (2,048 slots) sorts its whole pool; here the smallest sort
 pool) as they grow and drain, and the results must not change by a bit."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from conftest import SMALL, run_small
+from conftest import SMALL, build_batch, run_small
+from multiverse_jax import engine
 from multiverse_jax.conf.schema import SwitchConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import queues
+from multiverse_jax.ops.packets import queued
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
 
@@ -39,3 +42,38 @@ def test_sorting_the_queued_packets_in_fewer_places_changes_nothing(monkeypatch)
     for key in ("job_time_us", "n_packet_hops", "n_windows", "max_queue_bytes"):
         assert compacted.summary[key] == whole_pool.summary[key], key
     assert 512 < SMALL.n_slots  # 32, 128, 512 places, then the whole pool
+
+
+def test_the_kept_order_with_the_new_arrivals_is_the_sorted_order(monkeypatch):
+    """Window after window of the incast, the order a window starts from when it merges
+    the last window's kept order with its new arrivals (``queues._merged``) equals the
+    order sorted from scratch, array for array; and the merge is what most windows do."""
+    monkeypatch.setattr(queues, "SMALLEST_SORT", 32)
+    k4 = fattree(4, 100.0, 1.0)
+    switch = SwitchConfig(buffer_bytes=8_000_000, pfc_xoff_bytes=7_000_000, pfc_xon_bytes=6_000_000)
+    exp = Experiment(k4, make_flows(np.arange(1, 16), 0, 100_000, 0), switch=switch)
+    batch = build_batch([exp], slots_per_host=SMALL.slots_per_host, static=SMALL)
+    params, state = jax.tree.map(lambda x: x[0], (batch.params, batch.state))
+
+    @jax.jit
+    def window(params, state):
+        end, ready = state.time_ps + params.window_ps, state
+        for name, system in engine.SYSTEMS:
+            if name == "transmit":
+                break
+            ready = system(params, ready, end)  # the state transmit starts from
+        pkts = ready.packets
+        holds, new = queues._kept_and_new(params, pkts, ready.order)
+        merged = queues._merged(params, pkts, end, ready.order, new, queues.SMALLEST_SORT)
+        sorted_whole = queues._order_of(params, pkts, end, jnp.arange(params.static.n_slots, dtype=jnp.int32))
+        mergeable = holds & (jnp.sum(new) <= queues.SMALLEST_SORT) & jnp.any(queued(pkts))
+        return merged, sorted_whole, mergeable, engine.step(params, state)
+
+    merges = 0
+    for _ in range(60):
+        merged, sorted_whole, mergeable, state = window(params, state)
+        if mergeable:
+            merges += 1
+            for got, want in zip(jax.tree.leaves(merged), jax.tree.leaves(sorted_whole)):
+                np.testing.assert_array_equal(got, want)
+    assert merges > 30, merges

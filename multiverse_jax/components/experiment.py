@@ -14,6 +14,7 @@ from multiverse_jax.components.flows import FlowParams, FlowState, flow_params, 
 from multiverse_jax.components.link_events import LinkEventParams, link_event_params
 from multiverse_jax.components.links import LinkParams, LinkState, initial_link_state, link_params
 from multiverse_jax.components.nodes import NicParams, NodeParams, nic_params, node_params
+from multiverse_jax.components.order import OrderState, initial_order_state
 from multiverse_jax.components.packets import PacketState, initial_packet_state
 from multiverse_jax.components.ports import PortParams, PortState, initial_port_state, port_params
 from multiverse_jax.components.samples import SampleState, initial_sample_state
@@ -87,6 +88,7 @@ class State:
     links: LinkState
     ports: PortState
     packets: PacketState
+    order: OrderState  # the service order the last window left (ops/queues.py)
     flows: FlowState
     cc: CcState
     tasks: TaskState
@@ -142,6 +144,7 @@ def initial_state(exp: Experiment, params: Params) -> State:
         links=initial_link_state(s),
         ports=initial_port_state(s),
         packets=initial_packet_state(s),
+        order=initial_order_state(s),
         flows=initial_flow_state(exp, s),
         cc=initial_cc_state(exp, params.cc, line_rate_bps, s),
         tasks=initial_task_state(s),

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params
+from multiverse_jax.components.order import OrderState
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops.lockstep import switch_largest
 from multiverse_jax.ops.packets import queued
@@ -93,29 +94,37 @@ def size_index(count, sizes: list[int]):
     return sum((count > n).astype(jnp.int32) for n in sizes)
 
 
-def service_order(params: Params, pkts: PacketState, window_end_ps) -> ServiceOrder:
+def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderState) -> ServiceOrder:
     """Every class queue's packets in service order, for the window.
 
-    The queued packets are compacted (a cumsum) and sorted in the smallest of 4096,
-    16,384, ... places that holds them (below the pool's size; else the whole pool), so
-    a window sorts about as many places as it has packets queued, whatever the pool's
-    size; none when nothing is queued. One size runs (``lockstep.switch_largest``: in a
-    lockstep batch, the largest any experiment needs, which gives every experiment the
-    same order as its own size would). The arrays are the pool's size either way (past
-    the queues: no packet).
+    The order the last window left (``kept``, see ``keep``) still holds for the packets in
+    it: they have not moved, and every packet queued since arrived after all of them, so
+    it joins its queue behind them. Then only the new arrivals are sorted (in
+    ``SMALLEST_SORT`` places) and merged in, queue by queue (``_merged``). Otherwise (the
+    first window, more new arrivals than that, or the hybrid mode moved a kept packet's
+    arrival) the queued packets are compacted (a cumsum) and sorted in the smallest of
+    4096, 16,384, ... places that holds them (below the pool's size; else the whole
+    pool). None of this runs when nothing is queued or kept. One way runs
+    (``lockstep.switch_largest``: in a lockstep batch, the largest any experiment needs;
+    every way gives an experiment the same order). The arrays are the pool's size either
+    way (past the queues: no packet).
     """
     n_slots = params.static.n_slots
     sizes = sort_sizes(n_slots)
     if not sizes:
         return _order_of(params, pkts, window_end_ps, jnp.arange(n_slots, dtype=jnp.int32))
+    kept_holds, new = _kept_and_new(params, pkts, kept)
 
-    def branch(params, pkts, window_end_ps):
-        """0: nothing queued; i: the i-th size (the whole pool last) is the smallest that holds them."""
-        n_queued = jnp.sum(queued(pkts), dtype=jnp.int32)
-        return jnp.where(n_queued == 0, 0, 1 + size_index(n_queued, sizes))
+    def branch(params, pkts, window_end_ps, kept, new, kept_holds):
+        """0: nothing queued or kept; 1: the kept order and the new arrivals; 2 + i: the
+        i-th size (the whole pool last) is the smallest that holds the queued packets."""
+        n_queued, n_new = jnp.sum(queued(pkts), dtype=jnp.int32), jnp.sum(new, dtype=jnp.int32)
+        n_kept = kept.order_queue_end[-1]
+        merge = kept_holds & (n_new <= sizes[0])
+        return jnp.where((n_queued == 0) & (n_kept == 0), 0, jnp.where(merge, 1, 2 + size_index(n_queued, sizes)))
 
     def sorted_in(n_places: int):
-        def order(params, pkts, window_end_ps):  # closes over no array: a custom_vmap function may not
+        def order(params, pkts, window_end_ps, *_):  # closes over no array: a custom_vmap function may not
             every_slot = jnp.arange(n_slots, dtype=jnp.int32)
             if n_places >= n_slots:  # the whole pool
                 return _order_of(params, pkts, window_end_ps, every_slot)
@@ -124,8 +133,70 @@ def service_order(params: Params, pkts: PacketState, window_end_ps) -> ServiceOr
 
         return order
 
-    branches = [lambda params, pkts, window_end_ps: _no_queues(params)] + [sorted_in(n) for n in sizes + [n_slots]]
-    return switch_largest(branch, branches, params, pkts, window_end_ps)
+    def merged(params, pkts, window_end_ps, kept, new, _):
+        return _merged(params, pkts, window_end_ps, kept, new, sizes[0])
+
+    branches = [lambda params, *_: _no_queues(params), merged]
+    branches += [sorted_in(n) for n in sizes + [n_slots]]
+    return switch_largest(branch, branches, params, pkts, window_end_ps, kept, new, kept_holds)
+
+
+def _queue_of_position(queue_end, n_positions: int):
+    """(n_positions,) int32 the queue each position of an order belongs to (Q past the
+    queues), from ``queue_end`` (Q,): the number of queues that end at or before it."""
+    ends = jnp.zeros(n_positions + 1, jnp.int32).at[queue_end].add(1)
+    return jnp.cumsum(ends[:n_positions], dtype=jnp.int32)
+
+
+def _queue_of(params: Params, pkts: PacketState, at):
+    """The class queue of the packets in slots ``at``: (1 + C) port + class."""
+    return (1 + params.static.n_data_classes) * pkts.pkt_port[at] + packet_class(params, pkts)[at]
+
+
+def _kept_and_new(params: Params, pkts: PacketState, kept: OrderState):
+    """() bool the kept order still holds: every packet in it is queued where it was,
+    with the same arrival, and every queued packet not in it arrived at or after the
+    window that kept it; and (S,) bool those packets (the new arrivals)."""
+    n_slots = params.static.n_slots
+    has = kept.order_slot < n_slots
+    at = jnp.minimum(kept.order_slot, n_slots - 1)
+    queue = _queue_of_position(kept.order_queue_end, n_slots)
+    unmoved = queued(pkts)[at] & (pkts.pkt_time_ps[at] == kept.order_time_ps) & (_queue_of(params, pkts, at) == queue)
+    in_kept = jnp.zeros(n_slots, bool).at[jnp.where(has, kept.order_slot, n_slots)].set(True, mode="drop")
+    new = queued(pkts) & ~in_kept
+    holds = jnp.all(~has | unmoved) & jnp.all(~new | (pkts.pkt_time_ps >= kept.order_end_ps))
+    return holds, new
+
+
+def _merged(params: Params, pkts: PacketState, window_end_ps, kept: OrderState, new, n_places: int) -> ServiceOrder:
+    """The kept order with the ``new`` (S,) arrivals, sorted in ``n_places`` places, behind
+    the kept packets of their queues: a kept packet moves back by the new arrivals of the
+    queues before its own, a new one by the kept packets of its queue and those before."""
+    n_slots = params.static.n_slots
+    (members,), _ = compact(new, n_places, (jnp.arange(n_slots, dtype=jnp.int32), n_slots))
+    arrivals = _order_of(params, pkts, window_end_ps, members)  # over n_places positions
+    n_queues = kept.order_queue_end.shape[0]
+
+    def moved_to(queue_end, behind, n_positions):  # each position's place in the merged order (n_slots: none)
+        queue = _queue_of_position(queue_end, n_positions)
+        shift = behind[jnp.minimum(queue, n_queues - 1)]
+        return jnp.where(queue < n_queues, jnp.arange(n_positions, dtype=jnp.int32) + shift, n_slots)
+
+    slot = jnp.full(n_slots, n_slots, jnp.int32)
+    slot = slot.at[moved_to(kept.order_queue_end, queue_start(arrivals), n_slots)].set(kept.order_slot, mode="drop")
+    slot = slot.at[moved_to(arrivals.queue_end, kept.order_queue_end, n_places)].set(arrivals.slot, mode="drop")
+    return _columns(params, pkts, slot, slot < n_slots, kept.order_queue_end + arrivals.queue_end)
+
+
+def keep(params: Params, order: ServiceOrder, head, window_end_ps) -> OrderState:
+    """What the window leaves for the next (``service_order``): the packets of ``order``
+    still queued after transmit (each queue's from its pointer ``head`` (Q,) on), in order."""
+    n_slots, n_queues = params.static.n_slots, head.shape[0]
+    queue = _queue_of_position(order.queue_end, n_slots)
+    remaining = (queue < n_queues) & (jnp.arange(n_slots) >= head[jnp.minimum(queue, n_queues - 1)])
+    (slot, time_ps), _ = compact(remaining, n_slots, (order.slot, n_slots), (order.time_ps, 0))
+    sent = head - queue_start(order)
+    return OrderState(slot, time_ps, order.queue_end - jnp.cumsum(sent, dtype=jnp.int32), window_end_ps)
 
 
 def _no_queues(params: Params) -> ServiceOrder:
@@ -189,11 +260,18 @@ def _order_of(params: Params, pkts: PacketState, window_end_ps, members) -> Serv
     queue = jnp.where(is_queued, n_classes * pkts.pkt_port[at] + packet_class(params, pkts)[at], n_queues)
     position = sort_by(queue.astype(jnp.int64), order, index_bits)
     sorted_queue, slot = queue[position], members[position]
-    in_queue = sorted_queue < n_queues
+    queue_end = jnp.searchsorted(sorted_queue, jnp.arange(n_queues, dtype=jnp.int32), side="right").astype(jnp.int32)
+    return _columns(params, pkts, slot, sorted_queue < n_queues, queue_end)
+
+
+def _columns(params: Params, pkts: PacketState, slot, in_queue, queue_end) -> ServiceOrder:
+    """The service order whose position i holds pool slot ``slot[i]``, a queued packet
+    where ``in_queue[i]`` ((n,) each; the queues one after another, ending at
+    ``queue_end`` (Q,)): what a round reads of each packet, copied out of the pool."""
+    n_slots, n = params.static.n_slots, slot.shape[0]
     at = jnp.minimum(slot, n_slots - 1)
     wire_bytes = jnp.where(in_queue, pkts.pkt_bytes[at].astype(jnp.int64), 0)
     bytes_before = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(wire_bytes)])
-    queue_end = jnp.searchsorted(sorted_queue, jnp.arange(n_queues, dtype=jnp.int32), side="right").astype(jnp.int32)
     # Past the queues: no slot, no packet, whatever the number of positions (as ``_padded``).
     fields = (pkts.pkt_is_ack, pkts.pkt_bytes, pkts.pkt_rank, pkts.pkt_flow, pkts.pkt_seq, pkts.pkt_hop)
     event_times = (pkts.pkt_scheduled_ps, pkts.pkt_prior_ps) if params.static.switch_serial else ()

@@ -391,7 +391,7 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
 
 
 def transmit(params: Params, state: State, window_end_ps) -> State:
-    order = queues.service_order(params, state.packets, window_end_ps)
+    order = queues.service_order(params, state.packets, window_end_ps, state.order)
     free = nic.free_slots(params, state.packets)
     upcoming = upcoming_egress(params, state.packets)
     serving = Serving(state, queues.queue_start(order), jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
@@ -406,4 +406,7 @@ def transmit(params: Params, state: State, window_end_ps) -> State:
     # The queue at the window's end closes the exact maximum (see watch_queues).
     everywhere = jnp.ones(params.static.n_ports, bool)
     end_bytes = queues.queued_bytes(order, serving.head, params.static.n_ports)
-    return watch_queues(params, serving.state, everywhere, window_end_ps, end_bytes, 0)
+    state = watch_queues(params, serving.state, everywhere, window_end_ps, end_bytes, 0)
+    if not queues.sort_sizes(params.static.n_slots):  # a pool this small is sorted whole every window
+        return state
+    return state.replace(order=queues.keep(params, order, serving.head, window_end_ps))
