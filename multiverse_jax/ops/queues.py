@@ -99,12 +99,13 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
 
     The order the last window left (``kept``, see ``keep``) still holds for the packets in
     it: they have not moved, and every packet queued since arrived after all of them, so
-    it joins its queue behind them. Then only the new arrivals are sorted (in
-    ``SMALLEST_SORT`` places) and merged in, queue by queue (``_merged``). Otherwise (the
-    first window, more new arrivals than that, or the hybrid mode moved a kept packet's
-    arrival) the queued packets are compacted (a cumsum) and sorted in the smallest of
-    4096, 16,384, ... places that holds them (below the pool's size; else the whole
-    pool). None of this runs when nothing is queued or kept. One way runs
+    it joins its queue behind them. When more packets are queued than ``SMALLEST_SORT``,
+    only the new arrivals are sorted (in ``SMALLEST_SORT`` places) and merged in, queue
+    by queue (``_merged``: a few passes over the pool, cheaper than sorting in 16,384 or
+    more places). Otherwise (fewer queued, the first window, more new arrivals than
+    that, or the hybrid mode moved a kept packet's arrival) the queued packets are
+    compacted (a cumsum) and sorted in the smallest of 4096, 16,384, ... places that
+    holds them (below the pool's size; else the whole pool). None of this runs when nothing is queued or kept. One way runs
     (``lockstep.switch_largest``: in a lockstep batch, the largest any experiment needs;
     every way gives an experiment the same order). The arrays are the pool's size either
     way (past the queues: no packet).
@@ -120,7 +121,7 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
         i-th size (the whole pool last) is the smallest that holds the queued packets."""
         n_queued, n_new = jnp.sum(queued(pkts), dtype=jnp.int32), jnp.sum(new, dtype=jnp.int32)
         n_kept = kept.order_queue_end[-1]
-        merge = kept_holds & (n_new <= sizes[0])
+        merge = kept_holds & (n_new <= sizes[0]) & (n_queued > sizes[0])
         return jnp.where((n_queued == 0) & (n_kept == 0), 0, jnp.where(merge, 1, 2 + size_index(n_queued, sizes)))
 
     def sorted_in(n_places: int):
@@ -155,17 +156,16 @@ def _queue_of(params: Params, pkts: PacketState, at):
 
 def _kept_and_new(params: Params, pkts: PacketState, kept: OrderState):
     """() bool the kept order still holds: every packet in it is queued where it was,
-    with the same arrival, and every queued packet not in it arrived at or after the
-    window that kept it; and (S,) bool those packets (the new arrivals)."""
+    with the same arrival, and every other queued packet arrived at or after the window
+    that kept it (so the kept are exactly the queued packets that arrived before); and
+    (S,) bool those others (the new arrivals)."""
     n_slots = params.static.n_slots
-    has = kept.order_slot < n_slots
     at = jnp.minimum(kept.order_slot, n_slots - 1)
     queue = _queue_of_position(kept.order_queue_end, n_slots)
     unmoved = queued(pkts)[at] & (pkts.pkt_time_ps[at] == kept.order_time_ps) & (_queue_of(params, pkts, at) == queue)
-    in_kept = jnp.zeros(n_slots, bool).at[jnp.where(has, kept.order_slot, n_slots)].set(True, mode="drop")
-    new = queued(pkts) & ~in_kept
-    holds = jnp.all(~has | unmoved) & jnp.all(~new | (pkts.pkt_time_ps >= kept.order_end_ps))
-    return holds, new
+    earlier = queued(pkts) & (pkts.pkt_time_ps < kept.order_end_ps)
+    holds = jnp.all((kept.order_slot == n_slots) | unmoved) & (jnp.sum(earlier, dtype=jnp.int32) == kept.order_queue_end[-1])
+    return holds, queued(pkts) & ~earlier
 
 
 def _merged(params: Params, pkts: PacketState, window_end_ps, kept: OrderState, new, n_places: int) -> ServiceOrder:
