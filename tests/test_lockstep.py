@@ -53,14 +53,17 @@ def test_switch_largest_runs_the_largest_branch_asked_for():
 def test_sort_sizes_chosen_per_batch_keep_batch_equal_to_alone(monkeypatch):
     """With the smallest sorts at 64 places, windows of a light and a heavy experiment need
     different sort sizes for their queues (64, 256, 1024, the whole pool), their arrivals
-    to route and their PFC events; under vmap the batch sorts queues and routes arrivals in
-    the largest size any needs, and PFC events in each size some experiment needs. FCTs
-    equal each run alone, bit for bit."""
+    to route and their PFC events, and the heavy one merges its kept order while the light
+    one sorts; under vmap the batch sorts queues (in the largest size any needs, if any
+    must sort) and routes arrivals in the largest size any needs, and PFC events in each
+    size some experiment needs. FCTs equal each run alone, bit for bit."""
     monkeypatch.setattr(queues, "SMALLEST_SORT", 64)  # queues, arrivals (forward) and PFC events: 64, 256, 1024 places
     monkeypatch.setattr(pfc, "PFC_COMPACT_ABOVE", 0)
     monkeypatch.setattr(pfc, "PFC_EVENTS_PER_LINK", 0)
     topo = fattree(4, 100.0, 1.0)
-    light = make_flows([0, 5], [9, 12], [30_000, 30_000], 0)
+    # A short flow every 25 µs: while the incast merges its kept order with its arrivals
+    # (over 64 queued), the light experiment sorts its few (``queues.service_order``'s join).
+    light = make_flows(np.tile([0, 5], 5), np.tile([9, 12], 5), 30_000, np.arange(10) * 25_000_000)
     heavy = make_flows(np.arange(1, 16), np.zeros(15, np.int64), 200_000, 0)  # 15 -> 1 incast
     exps = [Experiment(topo, flows, sim=SimConfig(sample_interval_us=0)) for flows in (light, heavy)]
     shapes = {"slots_per_host": 88, "n_samples": 1}  # shapes of this test only: compiled with the patch

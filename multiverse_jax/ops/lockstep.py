@@ -85,25 +85,30 @@ def _all_batched(axis_size: int, in_batched, values):
     )
 
 
-def switch_largest(index_fn, branches, *args):
+def switch_largest(index_fn, branches, *args, join=None):
     """``lax.switch(index_fn(*args), branches, *args)``: one branch runs.
 
     Under vmap, the branch of the largest index any experiment asks for runs for all of
     them (vmapped), with no per-experiment select: so a branch must give an experiment the
     same result as any smaller index it could ask for (e.g. a sort in more places than it
     needs). Without this, JAX would run every branch some experiment asks for and select.
+
+    Where no single order of the branches has that property, ``index_fn`` returns a
+    vector of what an experiment needs and ``join`` maps those of the batch, (E, k), to
+    the one index that serves them all (alone: E = 1).
     """
+    join = (lambda needs: jnp.max(needs)) if join is None else join
 
     @custom_vmap
     def switch(*args):
-        return jax.lax.switch(index_fn(*args), branches, *args)
+        return jax.lax.switch(join(jnp.asarray(index_fn(*args))[None]), branches, *args)
 
     @switch.def_vmap
     def switch_batched(axis_size, in_batched, *args):
         axes = [jax.tree.map(lambda batched: 0 if batched else None, b) for b in in_batched]
-        index = jnp.max(jax.vmap(index_fn, in_axes=axes)(*args))
-        vmapped = [jax.vmap(branch, in_axes=axes) for branch in branches]
-        out = jax.lax.switch(index, vmapped, *args)
+        needs = jax.vmap(index_fn, in_axes=axes, axis_size=axis_size)(*args)
+        vmapped = [jax.vmap(branch, in_axes=axes, axis_size=axis_size) for branch in branches]
+        out = jax.lax.switch(join(needs), vmapped, *args)
         return out, jax.tree.map(lambda _: True, out)
 
     return switch(*args)

@@ -105,10 +105,11 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
     more places). Otherwise (fewer queued, the first window, more new arrivals than
     that, or the hybrid mode moved a kept packet's arrival) the queued packets are
     compacted (a cumsum) and sorted in the smallest of 4096, 16,384, ... places that
-    holds them (below the pool's size; else the whole pool). None of this runs when nothing is queued or kept. One way runs
-    (``lockstep.switch_largest``: in a lockstep batch, the largest any experiment needs;
-    every way gives an experiment the same order). The arrays are the pool's size either
-    way (past the queues: no packet).
+    holds them (below the pool's size; else the whole pool). None of this runs when
+    nothing is queued or kept. One way runs (``lockstep.switch_largest``; in a lockstep
+    batch, ``join`` picks the one that serves every experiment: each gives an
+    experiment the same order). The arrays are the pool's size either way (past the
+    queues: no packet).
     """
     n_slots = params.static.n_slots
     sizes = sort_sizes(n_slots)
@@ -116,13 +117,22 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
         return _order_of(params, pkts, window_end_ps, jnp.arange(n_slots, dtype=jnp.int32))
     kept_holds, new = _kept_and_new(params, pkts, kept)
 
-    def branch(params, pkts, window_end_ps, kept, new, kept_holds):
-        """0: nothing queued or kept; 1: the kept order and the new arrivals; 2 + i: the
-        i-th size (the whole pool last) is the smallest that holds the queued packets."""
+    def needs(params, pkts, window_end_ps, kept, new, kept_holds):
+        """(2,): 0 nothing queued or kept, 1 the kept order and the new arrivals, 2 a sort;
+        and 2 + i: the i-th size (the whole pool last) is the smallest that holds the
+        queued packets."""
         n_queued, n_new = jnp.sum(queued(pkts), dtype=jnp.int32), jnp.sum(new, dtype=jnp.int32)
         n_kept = kept.order_queue_end[-1]
         merge = kept_holds & (n_new <= sizes[0]) & (n_queued > sizes[0])
-        return jnp.where((n_queued == 0) & (n_kept == 0), 0, jnp.where(merge, 1, 2 + size_index(n_queued, sizes)))
+        way = jnp.where((n_queued == 0) & (n_kept == 0), 0, jnp.where(merge, 1, 2))
+        return jnp.stack([way, 2 + size_index(n_queued, sizes)])
+
+    def join(needs):
+        """A batch sorts if any experiment must, in the size its largest queues need (a
+        merge is no use to an experiment whose kept order does not hold); else it merges
+        if any experiment does (nothing is queued or kept in the others)."""
+        way, size = needs[:, 0], needs[:, 1]
+        return jnp.where(jnp.any(way == 2), jnp.max(size), jnp.max(way))
 
     def sorted_in(n_places: int):
         def order(params, pkts, window_end_ps, *_):  # closes over no array: a custom_vmap function may not
@@ -139,7 +149,7 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
 
     branches = [lambda params, *_: _no_queues(params), merged]
     branches += [sorted_in(n) for n in sizes + [n_slots]]
-    return switch_largest(branch, branches, params, pkts, window_end_ps, kept, new, kept_holds)
+    return switch_largest(needs, branches, params, pkts, window_end_ps, kept, new, kept_holds, join=join)
 
 
 def _queue_of_position(queue_end, n_positions: int):
