@@ -118,21 +118,24 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
     kept_holds, new = _kept_and_new(params, pkts, kept)
 
     def needs(params, pkts, window_end_ps, kept, new, kept_holds):
-        """(2,): 0 nothing queued or kept, 1 the kept order and the new arrivals, 2 a sort;
-        and 2 + i: the i-th size (the whole pool last) is the smallest that holds the
-        queued packets."""
+        """(3,): 0 nothing queued or kept, 1 the kept order and the new arrivals would do,
+        2 a sort is needed; 2 + i: the i-th size (the whole pool last) is the smallest
+        that holds the queued packets; whether merging is cheaper than that sort (more
+        than ``SMALLEST_SORT`` queued)."""
         n_queued, n_new = jnp.sum(queued(pkts), dtype=jnp.int32), jnp.sum(new, dtype=jnp.int32)
         n_kept = kept.order_queue_end[-1]
-        merge = kept_holds & (n_new <= sizes[0]) & (n_queued > sizes[0])
-        way = jnp.where((n_queued == 0) & (n_kept == 0), 0, jnp.where(merge, 1, 2))
-        return jnp.stack([way, 2 + size_index(n_queued, sizes)])
+        can_merge = kept_holds & (n_new <= sizes[0])
+        way = jnp.where((n_queued == 0) & (n_kept == 0), 0, jnp.where(can_merge, 1, 2))
+        return jnp.stack([way, 2 + size_index(n_queued, sizes), (n_queued > sizes[0]).astype(jnp.int32)])
 
     def join(needs):
-        """A batch sorts if any experiment must, in the size its largest queues need (a
+        """The batch sorts if any experiment must (in the size its largest queues need: a
         merge is no use to an experiment whose kept order does not hold); else it merges
-        if any experiment does (nothing is queued or kept in the others)."""
-        way, size = needs[:, 0], needs[:, 1]
-        return jnp.where(jnp.any(way == 2), jnp.max(size), jnp.max(way))
+        if that is cheaper for any, all of them able to; else it sorts (or, with
+        nothing queued anywhere, does nothing)."""
+        way, size, cheaper = needs[:, 0], needs[:, 1], needs[:, 2]
+        merge = jnp.any((cheaper == 1) & (way == 1))
+        return jnp.where(jnp.any(way == 2) | (~merge & jnp.any(way == 1)), jnp.max(size), jnp.where(merge, 1, 0))
 
     def sorted_in(n_places: int):
         def order(params, pkts, window_end_ps, *_):  # closes over no array: a custom_vmap function may not
