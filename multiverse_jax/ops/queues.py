@@ -177,7 +177,8 @@ def _kept_and_new(params: Params, pkts: PacketState, kept: OrderState):
     queue = _queue_of_position(kept.order_queue_end, n_slots)
     unmoved = queued(pkts)[at] & (pkts.pkt_time_ps[at] == kept.order_time_ps) & (_queue_of(params, pkts, at) == queue)
     earlier = queued(pkts) & (pkts.pkt_time_ps < kept.order_end_ps)
-    holds = jnp.all((kept.order_slot == n_slots) | unmoved) & (jnp.sum(earlier, dtype=jnp.int32) == kept.order_queue_end[-1])
+    all_kept_unmoved = jnp.all((kept.order_slot == n_slots) | unmoved)
+    holds = all_kept_unmoved & (jnp.sum(earlier, dtype=jnp.int32) == kept.order_queue_end[-1])
     return holds, queued(pkts) & ~earlier
 
 
@@ -270,7 +271,7 @@ def _order_of(params: Params, pkts: PacketState, window_end_ps, members) -> Serv
     prior_ps = pkts.pkt_prior_ps[at] if params.static.switch_serial else None
     order = fifo_order(params, time_ps, pkts.pkt_scheduled_ps[at], prior_ps, pkts.pkt_rank[at], window_end_ps)
     is_queued = (members < n_slots) & queued(pkts)[at]
-    queue = jnp.where(is_queued, n_classes * pkts.pkt_port[at] + packet_class(params, pkts)[at], n_queues)
+    queue = jnp.where(is_queued, _queue_of(params, pkts, at), n_queues)
     position = sort_by(queue.astype(jnp.int64), order, index_bits)
     sorted_queue, slot = queue[position], members[position]
     queue_end = jnp.searchsorted(sorted_queue, jnp.arange(n_queues, dtype=jnp.int32), side="right").astype(jnp.int32)
