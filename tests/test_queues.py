@@ -63,8 +63,9 @@ def test_the_kept_order_with_the_new_arrivals_is_the_sorted_order(monkeypatch):
                 break
             ready = system(params, ready, end)  # the state transmit starts from
         pkts = ready.packets
-        holds, new = queues._kept_and_new(params, pkts, ready.order)
-        merged = queues._merged(params, pkts, end, ready.order, new, queues.SMALLEST_SORT)
+        view = queues._kept_view(ready.order)
+        holds, new = queues._kept_and_new(params, pkts, ready.order, view)
+        merged = queues._merged(params, pkts, end, ready.order, view, new, queues.SMALLEST_SORT)
         sorted_whole = queues._order_of(params, pkts, end, jnp.arange(params.static.n_slots, dtype=jnp.int32))
         mergeable = holds & (jnp.sum(new) <= queues.SMALLEST_SORT) & jnp.any(queued(pkts))
         return merged, sorted_whole, mergeable, engine.step(params, state)

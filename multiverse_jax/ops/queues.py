@@ -115,15 +115,16 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
     sizes = sort_sizes(n_slots)
     if not sizes:
         return _order_of(params, pkts, window_end_ps, jnp.arange(n_slots, dtype=jnp.int32))
-    kept_holds, new = _kept_and_new(params, pkts, kept)
+    view = _kept_view(kept)
+    kept_holds, new = _kept_and_new(params, pkts, kept, view)
 
-    def needs(params, pkts, window_end_ps, kept, new, kept_holds):
+    def needs(params, pkts, window_end_ps, kept, view, new, kept_holds):
         """(3,): 0 nothing queued or kept, 1 the kept order and the new arrivals would do,
         2 a sort is needed; 2 + i: the i-th size (the whole pool last) is the smallest
         that holds the queued packets; whether merging is cheaper than that sort (more
         than ``SMALLEST_SORT`` queued)."""
         n_queued, n_new = jnp.sum(queued(pkts), dtype=jnp.int32), jnp.sum(new, dtype=jnp.int32)
-        n_kept = kept.order_queue_end[-1]
+        n_kept = jnp.sum(view.count)
         can_merge = kept_holds & (n_new <= sizes[0])
         way = jnp.where((n_queued == 0) & (n_kept == 0), 0, jnp.where(can_merge, 1, 2))
         return jnp.stack([way, 2 + size_index(n_queued, sizes), (n_queued > sizes[0]).astype(jnp.int32)])
@@ -147,12 +148,12 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
 
         return order
 
-    def merged(params, pkts, window_end_ps, kept, new, _):
-        return _merged(params, pkts, window_end_ps, kept, new, sizes[0])
+    def merged(params, pkts, window_end_ps, kept, view, new, _):
+        return _merged(params, pkts, window_end_ps, kept, view, new, sizes[0])
 
     branches = [lambda params, *_: _no_queues(params), merged]
     branches += [sorted_in(n) for n in sizes + [n_slots]]
-    return switch_largest(needs, branches, params, pkts, window_end_ps, kept, new, kept_holds, join=join)
+    return switch_largest(needs, branches, params, pkts, window_end_ps, kept, view, new, kept_holds, join=join)
 
 
 def _queue_of_position(queue_end, n_positions: int):
@@ -167,50 +168,63 @@ def _queue_of(params: Params, pkts: PacketState, at):
     return (1 + params.static.n_data_classes) * pkts.pkt_port[at] + packet_class(params, pkts)[at]
 
 
-def _kept_and_new(params: Params, pkts: PacketState, kept: OrderState):
+class KeptView(NamedTuple):
+    """The order the last window left (``OrderState``) as this window reads it."""
+
+    queue: jnp.ndarray  # (S,) int32 the queue of each position (Q past the queues)
+    is_kept: jnp.ndarray  # (S,) bool the packet there was still queued (at or past its queue's pointer)
+    count: jnp.ndarray  # (Q,) int32 the packets kept in each queue
+
+
+def _kept_view(kept: OrderState) -> KeptView:
+    n_positions, n_queues = kept.order_slot.shape[0], kept.order_queue_end.shape[0]
+    queue = _queue_of_position(kept.order_queue_end, n_positions)
+    pointer = kept.order_head[jnp.minimum(queue, n_queues - 1)]
+    is_kept = (queue < n_queues) & (jnp.arange(n_positions, dtype=jnp.int32) >= pointer)
+    return KeptView(queue, is_kept, kept.order_queue_end - kept.order_head)
+
+
+def _kept_and_new(params: Params, pkts: PacketState, kept: OrderState, view: KeptView):
     """() bool the kept order still holds: every packet in it is queued where it was,
     with the same arrival, and every other queued packet arrived at or after the window
     that kept it (so the kept are exactly the queued packets that arrived before); and
     (S,) bool those others (the new arrivals)."""
     n_slots = params.static.n_slots
     at = jnp.minimum(kept.order_slot, n_slots - 1)
-    queue = _queue_of_position(kept.order_queue_end, n_slots)
-    unmoved = queued(pkts)[at] & (pkts.pkt_time_ps[at] == kept.order_time_ps) & (_queue_of(params, pkts, at) == queue)
-    earlier = queued(pkts) & (pkts.pkt_time_ps < kept.order_end_ps)
-    all_kept_unmoved = jnp.all((kept.order_slot == n_slots) | unmoved)
-    holds = all_kept_unmoved & (jnp.sum(earlier, dtype=jnp.int32) == kept.order_queue_end[-1])
-    return holds, queued(pkts) & ~earlier
+    is_queued = queued(pkts)
+    unmoved = is_queued[at] & (pkts.pkt_time_ps[at] == kept.order_time_ps) & (_queue_of(params, pkts, at) == view.queue)
+    earlier = is_queued & (pkts.pkt_time_ps < kept.order_end_ps)
+    holds = jnp.all(~view.is_kept | unmoved) & (jnp.sum(earlier, dtype=jnp.int32) == jnp.sum(view.count))
+    return holds, is_queued & ~earlier
 
 
-def _merged(params: Params, pkts: PacketState, window_end_ps, kept: OrderState, new, n_places: int) -> ServiceOrder:
+def _merged(
+    params: Params, pkts: PacketState, window_end_ps, kept: OrderState, view: KeptView, new, n_places: int
+) -> ServiceOrder:
     """The kept order with the ``new`` (S,) arrivals, sorted in ``n_places`` places, behind
-    the kept packets of their queues: a kept packet moves back by the new arrivals of the
-    queues before its own, a new one by the kept packets of its queue and those before."""
+    the kept packets of their queues: a kept packet moves by the kept and new packets of
+    the queues before its own, less the packets its queue sent before it; a new one
+    behind the kept packets of its queue and those before."""
     n_slots = params.static.n_slots
     (members,), _ = compact(new, n_places, (jnp.arange(n_slots, dtype=jnp.int32), n_slots))
     arrivals = _order_of(params, pkts, window_end_ps, members)  # over n_places positions
     n_queues = kept.order_queue_end.shape[0]
-
-    def moved_to(queue_end, behind, n_positions):  # each position's place in the merged order (n_slots: none)
-        queue = _queue_of_position(queue_end, n_positions)
-        shift = behind[jnp.minimum(queue, n_queues - 1)]
-        return jnp.where(queue < n_queues, jnp.arange(n_positions, dtype=jnp.int32) + shift, n_slots)
-
+    kept_end = jnp.cumsum(view.count, dtype=jnp.int32)  # (Q,) one past each queue's kept packets, merged
+    kept_shift = kept_end - view.count + queue_start(arrivals) - kept.order_head  # (Q,)
+    to = jnp.arange(n_slots, dtype=jnp.int32) + kept_shift[jnp.minimum(view.queue, n_queues - 1)]
+    arrival_queue = _queue_of_position(arrivals.queue_end, n_places)
+    arrival_to = jnp.arange(n_places, dtype=jnp.int32) + kept_end[jnp.minimum(arrival_queue, n_queues - 1)]
     slot = jnp.full(n_slots, n_slots, jnp.int32)
-    slot = slot.at[moved_to(kept.order_queue_end, queue_start(arrivals), n_slots)].set(kept.order_slot, mode="drop")
-    slot = slot.at[moved_to(arrivals.queue_end, kept.order_queue_end, n_places)].set(arrivals.slot, mode="drop")
-    return _columns(params, pkts, slot, slot < n_slots, kept.order_queue_end + arrivals.queue_end)
+    slot = slot.at[jnp.where(view.is_kept, to, n_slots)].set(kept.order_slot, mode="drop")
+    slot = slot.at[jnp.where(arrival_queue < n_queues, arrival_to, n_slots)].set(arrivals.slot, mode="drop")
+    return _columns(params, pkts, slot, slot < n_slots, kept_end + arrivals.queue_end)
 
 
-def keep(params: Params, order: ServiceOrder, head, window_end_ps) -> OrderState:
-    """What the window leaves for the next (``service_order``): the packets of ``order``
-    still queued after transmit (each queue's from its pointer ``head`` (Q,) on), in order."""
-    n_slots, n_queues = params.static.n_slots, head.shape[0]
-    queue = _queue_of_position(order.queue_end, n_slots)
-    remaining = (queue < n_queues) & (jnp.arange(n_slots) >= head[jnp.minimum(queue, n_queues - 1)])
-    (slot, time_ps), _ = compact(remaining, n_slots, (order.slot, n_slots), (order.time_ps, 0))
-    sent = head - queue_start(order)
-    return OrderState(slot, time_ps, order.queue_end - jnp.cumsum(sent, dtype=jnp.int32), window_end_ps)
+def keep(order: ServiceOrder, head, window_end_ps) -> OrderState:
+    """What the window leaves for the next (``service_order``): its ``order`` and each
+    queue's pointer ``head`` (Q,) after transmit (the packets from it on are still
+    queued). Nothing is compacted: the next window reads them in place (``_kept_view``)."""
+    return OrderState(order.slot, order.time_ps, order.queue_end, head, window_end_ps)
 
 
 def _no_queues(params: Params) -> ServiceOrder:
@@ -331,10 +345,11 @@ def at_head(order: ServiceOrder, head, queue) -> QueuedPacket:
 def arrived_by(order: ServiceOrder, head, at_ps):
     """(Q,) int32 one past the last position of each queue, from its pointer ``head`` on,
     whose packet has arrived by ``at_ps`` (Q,): a binary search, as a queue is sorted by
-    arrival."""
+    arrival. It stops once every search has ended, after log2 of the longest queue's
+    length steps (not of the pool's: every transmit round runs it)."""
     n_positions = order.slot.shape[0]
 
-    def halve(_, bounds):
+    def halve(bounds):
         low, high = bounds
         middle = (low + high) // 2
         later = order.time_ps[jnp.minimum(middle, n_positions - 1)] > at_ps
@@ -342,7 +357,7 @@ def arrived_by(order: ServiceOrder, head, at_ps):
         return jnp.where(searching & ~later, middle + 1, low), jnp.where(searching & later, middle, high)
 
     bounds = (head, jnp.maximum(order.queue_end, head))
-    return jax.lax.fori_loop(0, max(1, n_positions.bit_length()), halve, bounds)[0]
+    return jax.lax.while_loop(lambda bounds: jnp.any(bounds[0] < bounds[1]), halve, bounds)[0]
 
 
 def queued_bytes(order: ServiceOrder, head, n_ports: int, at_ps=None):

@@ -409,4 +409,4 @@ def transmit(params: Params, state: State, window_end_ps) -> State:
     state = watch_queues(params, serving.state, everywhere, window_end_ps, end_bytes, 0)
     if not queues.sort_sizes(params.static.n_slots):  # a pool this small is sorted whole every window
         return state
-    return state.replace(order=queues.keep(params, order, serving.head, window_end_ps))
+    return state.replace(order=queues.keep(order, serving.head, window_end_ps))
