@@ -45,7 +45,8 @@ SYSTEMS = {name: _with_window(system) for name, system in engine.SYSTEMS} | {"wh
 @jax.jit
 @jax.vmap
 def transmit_rounds(params, state):
-    """Rounds transmit needs for this window of one experiment (the systems before it applied first)."""
+    """Rounds transmit needs for this window of one experiment (the systems before it
+    applied first), and (P,) the packets each port sends in them."""
     end = state.time_ps + params.window_ps
     for name, system in engine.SYSTEMS:
         if name == "transmit":
@@ -56,11 +57,13 @@ def transmit_rounds(params, state):
     serving = Serving(state, queues.queue_start(order), jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
 
     def body(carry):
-        serving, _, rounds = carry
+        serving, _, rounds, sends = carry
+        sent_before = serving.state.ports.port_tx_bytes
         serving = serve_round(params, serving, end, order, free, upcoming)
-        return serving, serving.sent, rounds + 1
+        return serving, serving.sent, rounds + 1, sends + (serving.state.ports.port_tx_bytes != sent_before)
 
-    return jax.lax.while_loop(lambda c: c[1], body, (serving, True, 0))[2]
+    init = (serving, True, 0, jnp.zeros(params.static.n_ports, jnp.int32))
+    return jax.lax.while_loop(lambda c: c[1], body, init)[2:]
 
 
 def permutations(k: int, n_experiments: int, flow_bytes: int) -> list[Experiment]:
@@ -115,7 +118,7 @@ def main() -> None:
         print(f"{row['system']:12s} {row['ms_per_window']:10.3f} {row['ms_per_window'] / total:7.1%}")
     rounds, busy = [], state
     for _ in range(args.round_windows):
-        rounds.append(np.asarray(transmit_rounds(batch.params, busy)))
+        rounds.append(np.asarray(transmit_rounds(batch.params, busy)[0]))
         busy = engine.advance(batch.params, busy, 1)
     rounds = np.stack(rounds)  # (windows, E)
     own, lockstep = float(rounds.mean()), float(rounds.max(axis=1).mean())
