@@ -29,8 +29,7 @@ from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import SimConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.config import derangement
-from multiverse_jax.ops import nic, queues
-from multiverse_jax.systems.transmit import Serving, serve_round, upcoming_egress
+from multiverse_jax.systems.transmit import serve_round, window_start
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
 
@@ -52,9 +51,7 @@ def transmit_rounds(params, state):
         if name == "transmit":
             break
         state = system(params, state, end)
-    order, free = queues.service_order(params, state.packets, end, state.order), nic.free_slots(params, state.packets)
-    upcoming = upcoming_egress(params, state.packets)  # as systems/transmit.transmit computes them
-    serving = Serving(state, queues.queue_start(order), jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
+    serving, order, free, upcoming = window_start(params, state, end)  # as systems/transmit.transmit starts
 
     def body(carry):
         serving, _, rounds, sends = carry

@@ -177,6 +177,8 @@ class KeptView(NamedTuple):
 
 
 def _kept_view(kept: OrderState) -> KeptView:
+    """Which positions of the kept order still hold a queued packet: those at or past
+    their queue's pointer (one pass over the positions, once per window)."""
     n_positions, n_queues = kept.order_slot.shape[0], kept.order_queue_end.shape[0]
     queue = _queue_of_position(kept.order_queue_end, n_positions)
     pointer = kept.order_head[jnp.minimum(queue, n_queues - 1)]

@@ -390,11 +390,18 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     return Serving(state, head.at[served].add(1, mode="drop"), used + host_creates(params, dep), jnp.any(dep.sends))
 
 
-def transmit(params: Params, state: State, window_end_ps) -> State:
+def window_start(params: Params, state: State, window_end_ps):
+    """What the window's rounds start from: the ``Serving`` carry, and what every round
+    reads (``serve_round``'s ``order``, ``free`` and ``upcoming``)."""
     order = queues.service_order(params, state.packets, window_end_ps, state.order)
     free = nic.free_slots(params, state.packets)
     upcoming = upcoming_egress(params, state.packets)
     serving = Serving(state, queues.queue_start(order), jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
+    return serving, order, free, upcoming
+
+
+def transmit(params: Params, state: State, window_end_ps) -> State:
+    serving, order, free, upcoming = window_start(params, state, window_end_ps)
     # A round in which no port sends changes nothing, so a lockstep batch runs rounds until
     # no experiment sends, without keeping each experiment's carry (ops/lockstep.while_any).
     serving = while_any(
