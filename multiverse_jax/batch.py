@@ -144,7 +144,12 @@ def needed_static(experiments, *, slots_per_host: int = 256, n_samples: int = 64
 
 
 def build_batch(
-    experiments, *, slots_per_host: int = 256, static: Static | None = None, n_samples: int = 64
+    experiments,
+    *,
+    slots_per_host: int = 256,
+    static: Static | None = None,
+    n_samples: int = 64,
+    batch_size: int = 1,
 ) -> Batch:
     """Validate and pad ``experiments`` into one batch (leading axis E on every leaf).
 
@@ -152,6 +157,10 @@ def build_batch(
     needs), so that batches of different experiments reuse one compiled program.
     ``n_samples``: time-series ring size when an experiment samples (at least the windows
     per compiled call, so the host drains the ring before it wraps).
+    ``batch_size``: pad the experiment axis to at least this many with copies of the last
+    experiment, so that batches of different sizes share one program too. A copy starts
+    marked done: it never steps (in ``map`` batching it costs memory, not time).
+    ``Batch.experiments`` holds the given experiments only, so ``results`` ignores copies.
     """
     experiments = tuple(experiments)
     if not experiments:
@@ -173,10 +182,14 @@ def build_batch(
             raise InputError(f"the given shapes are too small for this batch: {', '.join(small)}")
     params = [experiment_params(exp, static) for exp in experiments]
     states = [initial_state(exp, p) for exp, p in zip(experiments, params)]
-    stacked = _stack(params)
+    n_copies = max(0, batch_size - len(experiments))
+    stacked = _stack(params + params[-1:] * n_copies)
     if static.flow_level or static.steady_window > 1:  # flow mode's rates, hybrid mode's partitions
         stacked = with_flow_paths(stacked)
-    return Batch(params=stacked, state=_stack(states), experiments=experiments)
+    state = _stack(states + states[-1:] * n_copies)
+    if n_copies:
+        state = state.replace(done=state.done.at[len(experiments) :].set(True))
+    return Batch(params=stacked, state=state, experiments=experiments)
 
 
 @jax.jit

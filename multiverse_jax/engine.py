@@ -134,11 +134,13 @@ def _steps_until_stopped(step_fn, state: State, n_steps: int) -> State:
     return jax.lax.while_loop(running, body, (jnp.int32(0), state))[1]
 
 
-def _advance(params: Params, state: State, n_steps: int, batching: str = "auto") -> State:
+def _advance(params: Params, state: State, n_steps, batching: str = "auto") -> State:
     """Up to ``n_steps`` windows of every experiment of the batch (leading axis E), one program.
 
     Stops early once every experiment has finished or failed, so a batch never steps
-    windows that no experiment needs. ``batching`` (see ``resolve_batching``):
+    windows that no experiment needs. ``n_steps`` is a traced bound of that loop, not a
+    compile-time constant: one window at a time and 64 per call are the same program.
+    ``batching`` (see ``resolve_batching``):
 
     * ``vmap``: every step advances all experiments together, as wide arrays; an
       experiment that has stopped is kept as it is (``lax.cond`` under vmap selects).
@@ -155,7 +157,19 @@ def _advance(params: Params, state: State, n_steps: int, batching: str = "auto")
     return _steps_until_stopped(lambda s: jax.vmap(_step_if_running)(params, s), state, n_steps)
 
 
-advance = jax.jit(_advance, static_argnames=("n_steps", "batching"))
+_advance_compiled = jax.jit(_advance, static_argnames=("batching",))
+
+
+def advance(params: Params, state: State, n_steps, batching: str = "auto") -> State:
+    """``_advance`` compiled: one program per shapes (``Static``, E) and batching mode
+    (``auto`` resolved first, so that it shares ``map``'s or ``vmap``'s program)."""
+    return _advance_compiled(params, state, n_steps, batching=resolve_batching(batching))
+
+
+def compiled_programs() -> int:
+    """How many ``advance`` programs this process has compiled (a test's guard against
+    recompiling per design point)."""
+    return _advance_compiled._cache_size()
 
 
 # --- Sharding the experiment axis over local devices -------------------------------------

@@ -264,13 +264,10 @@ def simulate(
     n_devices = 1 if mesh_devices is None else len(mesh_devices)
     target = max(n_real, batch_size or 0)
     padding = target - n_real + (-target % n_devices)
-    if padding and experiments:
-        experiments += [experiments[-1]] * padding
-    batch = build_batch(experiments, slots_per_host=slots_per_host, static=static, n_samples=steps_per_call)
+    batch = build_batch(
+        experiments, slots_per_host=slots_per_host, static=static, n_samples=steps_per_call, batch_size=n_real + padding
+    )
     state = batch.state
-    if padding:
-        state = state.replace(done=state.done.at[n_real:].set(True))
-        batch = dataclasses.replace(batch, experiments=batch.experiments[:n_real])
     sampling = any(e.sim.sample_interval_us > 0 for e in batch.experiments)
     collector = SampleCollector(n_real + padding) if sampling else None
 

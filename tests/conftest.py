@@ -27,10 +27,28 @@ SMALL = Static(
 )
 
 
-def run_small(experiments, batching="auto", **overrides):
-    """Simulate experiments padded to SMALL (shared compilation)."""
+# Batches are padded to a multiple of this many experiments (copies of the last one, marked
+# done: they never step), so that tests of 1 to 4 experiments share one compiled program.
+BATCH_QUANTUM = 4
+
+
+def padded_size(n_experiments: int) -> int:
+    """``n_experiments`` rounded up to a multiple of BATCH_QUANTUM (``batch_size=``)."""
+    return -(-n_experiments // BATCH_QUANTUM) * BATCH_QUANTUM
+
+
+def run_small(experiments, batching="auto", batch_size=1, **overrides):
+    """Simulate experiments padded to SMALL and to ``padded_size`` of at least ``batch_size``
+    experiments (shared compilation: an experiment run alone, padded to its batch's size,
+    reuses the batch's program)."""
     static = dataclasses.replace(SMALL, **overrides)
-    return simulate(experiments, slots_per_host=static.slots_per_host, static=static, batching=batching)
+    return simulate(
+        experiments,
+        slots_per_host=static.slots_per_host,
+        static=static,
+        batching=batching,
+        batch_size=padded_size(max(len(experiments), batch_size)),
+    )
 
 
 @pytest.fixture
@@ -89,7 +107,7 @@ def chain(rates_gbps, delays_us):
     return from_cables(f"chain{hops}", names, 2, cables)
 
 
-__all__ = ["SMALL", "run_small", "wire_sizes", "pipeline_ps", "store_and_forward_ps", "chain", "build_batch", "np"]
+__all__ = ["SMALL", "run_small", "padded_size", "wire_sizes", "pipeline_ps", "store_and_forward_ps", "chain", "build_batch", "np"]
 
 
 # Every compiled XLA program keeps memory mappings for its code; a whole suite in one

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import SMALL, run_small
+from conftest import SMALL
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import DcqcnConfig, HpccConfig, SimConfig, SwitchConfig, TimelyConfig
@@ -90,7 +90,7 @@ def test_hpcc_queue_stays_far_below_dctcp_which_oscillates_around_k(two_long_flo
 @pytest.mark.parametrize("cc", ["dcqcn", "hpcc", "dctcp", "timely"])
 def test_incast_of_8_finishes_every_flow_without_overflow(cc):
     flows = make_flows(np.arange(1, 9), 0, 300_000, 0)
-    result = run_small([Experiment(K4, flows, cc=cc)], int_hops=5)[0]
+    result = run_mixed([Experiment(K4, flows, cc=cc)])[0]
     assert result.ok, result.summary  # an overflow would be ERROR_BUFFER_OVERFLOW
     assert result.summary["flows_finished"] == 8
     assert result.summary["max_queue_bytes"] <= 2_000_000
@@ -108,7 +108,7 @@ def test_receiver_sends_at_most_one_cnp_per_flow_per_interval():
     flows = make_flows(np.arange(1, 9), 0, 300_000, 0)
     interval_us = 20.0
     exp = Experiment(K4, flows, cc="dcqcn", dcqcn=DcqcnConfig(cnp_interval_us=interval_us))
-    result = run_small([exp], int_hops=5)[0]
+    result = run_mixed([exp])[0]
     assert result.ok
     f = result.flows
     assert np.all(f["ecn_marked_packets"] > 0)  # the incast queue is far above Kmin
@@ -132,19 +132,29 @@ def _mixed_cc_experiments():
     return exps
 
 
-MIXED_STATIC = dataclasses.replace(SMALL, int_hops=5, n_data_classes=2, n_samples=64)
+# HPCC's telemetry and three data classes: one program for every test of this module on K4.
+MIXED_STATIC = dataclasses.replace(SMALL, int_hops=5, n_data_classes=3, n_samples=64)
+MIXED_BATCH = 6  # experiments per batch (the mixed-CC batch; smaller ones are padded with done copies)
+
+
+def run_mixed(experiments, batching="auto"):
+    """Simulate on K4 at MIXED_STATIC, padded to MIXED_BATCH experiments (one shared program)."""
+    return simulate(
+        experiments, slots_per_host=SMALL.slots_per_host, static=MIXED_STATIC, batching=batching, batch_size=MIXED_BATCH
+    )
+
 
 
 @pytest.mark.parametrize("batching", [pytest.param("vmap", marks=pytest.mark.slow), "map"])  # vmap in CI: tests/test_engine.py
 def test_mixed_cc_batch_equals_each_experiment_alone(batching):
     """Six experiments mixing every CC (and LB, ECN, priorities) in one compiled batch give
-    what each gives alone, bit for bit, time series included. Alone means a batch of one
-    at the same padded shapes: float CC state (HPCC's U, DCQCN's alpha) may differ in its
+    what each gives alone, bit for bit, time series included. Alone means one experiment
+    (and five done copies that never step) at the same padded shapes: float CC state (HPCC's U, DCQCN's alpha) may differ in its
     last bit between differently padded programs (XLA vectorises them differently)."""
     exps = _mixed_cc_experiments()
-    together = simulate(exps, slots_per_host=SMALL.slots_per_host, static=MIXED_STATIC, batching=batching)
+    together = run_mixed(exps, batching=batching)
     for exp, batched in zip(exps, together):
-        alone = simulate([exp], slots_per_host=SMALL.slots_per_host, static=MIXED_STATIC, batching=batching)[0]
+        alone = run_mixed([exp], batching=batching)[0]
         assert batched.ok and alone.ok, (exp.cc, batched.summary, alone.summary)
         for column in ("start_us", "finish_us", "rx_finish_us", "rx_bytes", "ecn_marked_packets", "cnps"):
             np.testing.assert_array_equal(batched.flows[column], alone.flows[column])
@@ -158,15 +168,15 @@ def test_mixed_cc_batches_share_one_program():
     """A CC comparison with other constants is the same compiled program (no retrace)."""
     exps = _mixed_cc_experiments()
     first = build_batch(exps, static=MIXED_STATIC, slots_per_host=SMALL.slots_per_host)
-    engine.run(first.params, first.state, steps_per_call=16)
-    programs = engine.advance._cache_size()
+    engine.run(first.params, first.state)
+    programs = engine.compiled_programs()
     other = [
         dataclasses.replace(e, cc=cc, dcqcn=DcqcnConfig(g=0.01), hpcc=HpccConfig(eta=0.9), switch=SwitchConfig(ecn_pmax=0.5))
         for e, cc in zip(exps, ["hpcc", "timely", "none", "dcqcn", "dctcp", "dctcp"])
     ]
     second = build_batch(other, static=MIXED_STATIC, slots_per_host=SMALL.slots_per_host)
-    state, _ = engine.run(second.params, second.state, steps_per_call=16)
-    assert engine.advance._cache_size() == programs
+    state, _ = engine.run(second.params, second.state)
+    assert engine.compiled_programs() == programs
     assert np.all(np.asarray(state.done)) and np.all(np.asarray(state.error) == 0)
 
 
@@ -178,12 +188,7 @@ def test_strict_priority_among_data_classes():
     by_prio = make_flows(src, 0, size, 0, prio=np.array([2, 0, 1]))
     equal = make_flows(src, 0, size, 0)
     alone = make_flows(src[1:2], 0, size, 0)
-    static = dataclasses.replace(SMALL, n_data_classes=3)
-    r_prio, r_equal, r_alone = simulate(
-        [Experiment(K4, by_prio), Experiment(K4, equal), Experiment(K4, alone)],
-        slots_per_host=SMALL.slots_per_host,
-        static=static,
-    )
+    r_prio, r_equal, r_alone = run_mixed([Experiment(K4, by_prio), Experiment(K4, equal), Experiment(K4, alone)])
     finish = r_prio.flows["finish_us"]
     assert finish[1] < finish[2] < finish[0], finish  # prio 0 (h8), then 1 (h12), then 2 (h4)
     assert finish[1] <= 1.05 * r_alone.flows["finish_us"][0], (finish, r_alone.flows["finish_us"])

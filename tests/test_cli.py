@@ -223,7 +223,7 @@ TINY_MODEL = "workload.model={layers:4,hidden:512,heads:8,seq_len:256,vocab:1000
 def test_llm_iteration_writes_tasks_timeline_and_split(tmp_path, capsys):
     """A tiny transformer with TP=2, PP=2, DP=4 on the 16 hosts of a k=4 fat-tree; off a
     terminal (pytest captures stderr), a progress line after every compiled call here."""
-    overrides = ["workload.kind=llm", TINY_MODEL, "workload.tp=2", "workload.pp=2", "workload.dp=4", "sim.sample_interval_us=0"]
+    overrides = ["workload.kind=llm", TINY_MODEL, "workload.tp=2", "workload.pp=2", "workload.dp=4"]  # test_golden's llm_small
     assert run(config(*overrides, "output.progress_interval_s=1e-9"), tmp_path) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok"

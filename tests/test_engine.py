@@ -7,9 +7,9 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import SMALL, run_small, wire_sizes
+from conftest import SMALL, padded_size, run_small, wire_sizes
 from multiverse_jax import engine
-from multiverse_jax.batch import build_batch
+from multiverse_jax.batch import build_batch, needed_static
 from multiverse_jax.conf.schema import SimConfig, SwitchConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.simulate import results, simulate
@@ -92,7 +92,7 @@ def test_pinned_route_is_followed():
     data = ports("h0 tor0 agg1 core3 agg7 tor7 h15")
     ack = ports("h15 tor7 agg6 core0 agg0 tor0 h0")
     routes = PinnedRoutes(np.array([data], np.int32), np.array([ack], np.int32))
-    batch = build_batch([Experiment(K4, flows, routes=routes)], static=SMALL, slots_per_host=SMALL.slots_per_host)
+    batch = build_batch([Experiment(K4, flows, routes=routes)], static=SMALL, slots_per_host=SMALL.slots_per_host, batch_size=padded_size(1))
     state, _ = engine.run(batch.params, batch.state)
     tx = np.asarray(state.ports.port_tx_bytes[0, : K4.n_links])
     used = set(np.nonzero(tx)[0])
@@ -103,12 +103,13 @@ def test_pinned_route_is_followed():
 
 def _mixed_experiments():
     """Four experiments that differ in everything but shape: topology, rates, delays,
-    buffers, thresholds, flows, seed and load balancing."""
+    buffers, thresholds, flows, seed and load balancing. (Experiments 0 and 3, on one
+    topology with as many flows, have the same unpadded shapes: alone they share a program.)"""
     ls = leafspine(4, 4, 2, 100.0, 1.0)
     rng = np.random.default_rng(7)
     exps = []
     for e, topo in enumerate([K4, ls, fattree(4, 40.0, 2.0), K4]):
-        n = 6 + 2 * e
+        n = 8
         src = rng.integers(0, topo.n_hosts, n)
         dst = (src + 1 + rng.integers(0, topo.n_hosts - 1, n)) % topo.n_hosts
         flows = make_flows(src, dst, rng.integers(1_000, 120_000, n), rng.integers(0, 5 * PS, n))
@@ -129,8 +130,12 @@ def _mixed_experiments():
 def test_batch_equals_each_experiment_alone(batching):
     exps = _mixed_experiments()
     together = run_small(exps, batching=batching)
+    # Alone: at the shapes its topology's experiments need (not SMALL's padding): the
+    # fat-trees' (one program for three) and the leaf-spine's.
     for exp, batched in zip(exps, together):
-        alone = simulate([exp], slots_per_host=SMALL.slots_per_host)[0]  # its own, unpadded shapes
+        peers = [e for e in exps if e.topology.n_nodes == exp.topology.n_nodes]
+        own = needed_static(peers, slots_per_host=SMALL.slots_per_host)
+        alone = simulate([exp], slots_per_host=SMALL.slots_per_host, static=own)[0]
         assert batched.ok and alone.ok
         for column in ("start_us", "finish_us", "rx_finish_us", "rx_bytes"):
             np.testing.assert_array_equal(batched.flows[column], alone.flows[column])
@@ -146,19 +151,19 @@ def test_new_parameters_same_shapes_do_not_retrace():
         return jax.lax.scan(lambda s, _: (jax.vmap(engine.step)(params, s), None), state, None, length=2)[0]
 
     exps = _mixed_experiments()
-    first = build_batch(exps[:2], static=SMALL, slots_per_host=SMALL.slots_per_host)
+    first = build_batch(exps[:2], static=SMALL, slots_per_host=SMALL.slots_per_host, batch_size=padded_size(2))
     other = [dataclasses.replace(
             e, sim=SimConfig(seed=e.sim.seed + 10), switch=dataclasses.replace(e.switch, buffer_bytes=900_000)
         ) for e in exps[2:]]
-    second = build_batch(other, static=SMALL, slots_per_host=SMALL.slots_per_host)
+    second = build_batch(other, static=SMALL, slots_per_host=SMALL.slots_per_host, batch_size=padded_size(2))
     two_windows(first.params, first.state)
     two_windows(second.params, second.state)  # a second trace would raise here
     # The engine's own compiled loop is reused too.
-    engine.run(first.params, first.state, steps_per_call=16)
-    programs = engine.advance._cache_size()
-    engine.run(second.params, second.state, steps_per_call=16)
-    assert engine.advance._cache_size() == programs
-    bigger = build_batch(exps[:2], static=dataclasses.replace(SMALL, n_flows=32), slots_per_host=SMALL.slots_per_host)
+    engine.run(first.params, first.state)
+    programs = engine.compiled_programs()
+    engine.run(second.params, second.state)
+    assert engine.compiled_programs() == programs
+    bigger = build_batch(exps[:2], static=dataclasses.replace(SMALL, n_flows=32), slots_per_host=SMALL.slots_per_host, batch_size=padded_size(2))
     with pytest.raises(AssertionError):
         two_windows(bigger.params, bigger.state)  # the guard does fire on a new shape
 
@@ -236,7 +241,7 @@ def test_spraying_spreads_one_flow_over_all_paths():
     packets = 4096
     flows = make_flows([0], [15], [packets * 4096], [0])
     experiments = [Experiment(K4, flows, lb="spray"), Experiment(K4, flows, lb="ecmp")]
-    batch = build_batch(experiments, static=SMALL, slots_per_host=SMALL.slots_per_host)
+    batch = build_batch(experiments, static=SMALL, slots_per_host=SMALL.slots_per_host, batch_size=padded_size(2))
     state, _ = engine.run(batch.params, batch.state)
     sprayed, pinned = _core_bytes(state, 0, K4.node_names), _core_bytes(state, 1, K4.node_names)
     assert len(sprayed) == 4
@@ -254,7 +259,7 @@ def test_flowlets_change_path_only_after_a_gap():
     experiments = [Experiment(K4, flows, lb="flowlet", switch=SwitchConfig(flowlet_gap_us=0.1)),
         Experiment(K4, flows, lb="flowlet", switch=SwitchConfig(flowlet_gap_us=1000.0)),
     ]
-    batch = build_batch(experiments, static=SMALL, slots_per_host=SMALL.slots_per_host)
+    batch = build_batch(experiments, static=SMALL, slots_per_host=SMALL.slots_per_host, batch_size=padded_size(2))
     state, _ = engine.run(batch.params, batch.state)
     assert len(_core_bytes(state, 0, K4.node_names)) == 4
     assert len(_core_bytes(state, 1, K4.node_names)) <= 2  # one core per flow

@@ -352,10 +352,10 @@ def test_pinned_routes_and_triggers():
 
 def test_new_experiments_same_shapes_do_not_recompile():
     run_flow([flow_exp(parking_lot(), make_flows([0], [1], [10_000], 0))])
-    programs = engine.advance._cache_size()
+    programs = engine.compiled_programs()
     other = from_cables("other", ["h0", "h1", "s"], 2, [(0, 2, 400, 0.5), (1, 2, 25, 2.0)])
     result = run_flow([flow_exp(other, make_flows([0, 1], [1, 0], [5_000, 70_000], [0, 3 * US]))])[0]
-    assert engine.advance._cache_size() == programs and result.ok
+    assert engine.compiled_programs() == programs and result.ok
 
 
 # --- Task workloads, batching rules, CLI ---------------------------------------------------

@@ -45,8 +45,11 @@ def line_goodput_gbps() -> float:
     return 100.0 * packet.payload_bytes / (packet.payload_bytes + packet.header_bytes)
 
 
-def run(experiments, steps_per_call: int = 64):
-    return simulate(experiments, slots_per_host=SHAPES.slots_per_host, static=SHAPES, steps_per_call=steps_per_call)
+BATCH = 6  # experiments per batch (elephant_runs'); smaller batches are padded with done copies: one program
+
+
+def run(experiments):
+    return simulate(experiments, slots_per_host=SHAPES.slots_per_host, static=SHAPES, batch_size=BATCH)
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +100,8 @@ def test_lone_elephants_jump_at_their_line_rate(elephant_runs):
 
 
 def test_batch_equals_each_run_alone():
-    """Two hybrid experiments that jump at different times, batched, each bit for bit as alone."""
+    """Two hybrid experiments that jump at different times, batched, each bit for bit as alone
+    (alone: one experiment and done copies, which never step)."""
     experiments = [elephants("none", "hybrid", scale=0.05), elephants("hpcc", "hybrid", scale=0.05)]
     together = run(experiments)
     for exp, batched in zip(experiments, together):
@@ -119,7 +123,7 @@ def late_flow(with_late: bool):
 def test_a_flow_starting_in_a_steady_phase_ends_it_at_its_start():
     exp = late_flow(True)
     start_ps = int(exp.flows.start_ps[1])
-    batch = build_batch([exp], static=SHAPES, slots_per_host=SHAPES.slots_per_host)
+    batch = build_batch([exp], static=SHAPES, slots_per_host=SHAPES.slots_per_host, batch_size=BATCH)  # run()'s program
     state = batch.state
     while int(state.time_ps[0]) < start_ps:  # one window (or jump) at a time, up to the late start
         state = engine.advance(batch.params, state, 1)
@@ -196,25 +200,38 @@ def ring_experiment(mode: str, tmp_path) -> Experiment:
     return experiment_from_config({"workload": {"kind": "cm", "path": path}, "sim": {"mode": mode, "sample_interval_us": 0}})
 
 
-def test_ring_allreduce_job_time_within_one_percent(tmp_path):
+def llm_experiment(mode: str) -> Experiment:
+    """The small LLM iteration of test_golden (TP=2, PP=2, DP=4)."""
+    workload = {"kind": "llm", "model": {"layers": 4, "hidden": 512, "heads": 8, "seq_len": 256, "vocab": 1000}}
+    workload.update(tp=2, pp=2, dp=4)
+    return experiment_from_config({"workload": workload, "sim": {"mode": mode, "sample_interval_us": 0}})
+
+
+@pytest.fixture(scope="module")
+def workload_runs(tmp_path_factory):
+    """The ring all-reduce and the LLM iteration, each in packet and hybrid mode, as one batch
+    (one compiled program for both workloads)."""
+    folder = tmp_path_factory.mktemp("ring")
+    modes = ("packet", "hybrid")
+    out = simulate([ring_experiment(mode, folder) for mode in modes] + [llm_experiment(mode) for mode in modes])
+    return {"ring": out[:2], "llm": out[2:]}
+
+
+def test_ring_allreduce_job_time_within_one_percent(workload_runs):
     """Each step's flows start on triggers as the previous step's end at their senders; every
     step's partition (the whole ring, through the ACKs) freezes once steady and thaws as its
     first flow nears its end. Measured: job time +0.06 %, 2.8x fewer windows (1 GB: ~47x)."""
-    packet, hybrid = simulate([ring_experiment("packet", tmp_path), ring_experiment("hybrid", tmp_path)])
+    packet, hybrid = workload_runs["ring"]
     assert packet.ok and hybrid.ok
     assert abs(hybrid.summary["job_time_ps"] / packet.summary["job_time_ps"] - 1) < 0.01
     assert packet.summary["n_windows"] / hybrid.summary["n_windows"] > 2.0
     assert hybrid.summary["steady_entries"] >= 14  # every step of the ring jumped
 
 
-def test_small_llm_iteration_within_one_percent():
-    """The small LLM iteration of test_golden (TP=2, PP=2, DP=4): its 1184 flows are too short
-    to become steady, so hybrid runs it at packet level, exactly."""
-    workload = {"kind": "llm", "model": {"layers": 4, "hidden": 512, "heads": 8, "seq_len": 256, "vocab": 1000}}
-    workload.update(tp=2, pp=2, dp=4)
-    packet, hybrid = simulate(
-        [experiment_from_config({"workload": workload, "sim": {"mode": mode, "sample_interval_us": 0}}) for mode in ("packet", "hybrid")]
-    )
+def test_small_llm_iteration_within_one_percent(workload_runs):
+    """The small LLM iteration (llm_experiment): its 1184 flows are too short to become
+    steady, so hybrid runs it at packet level, exactly."""
+    packet, hybrid = workload_runs["llm"]
     assert abs(hybrid.summary["iteration_time_us"] / packet.summary["iteration_time_us"] - 1) < 0.01
 
 
@@ -257,9 +274,9 @@ def test_grow_queues_puts_back_credited_packets():
     """ops.restore.grow_queues: a switch port below its target gets full packets of the
     flow crossing it, queued there since the re-entry, out of what the flow was credited
     with (no more than that), which stay sent but are no longer counted delivered."""
-    batch = build_batch([late_flow(False)], static=SHAPES, slots_per_host=SHAPES.slots_per_host)
+    batch = build_batch([late_flow(False)], static=SHAPES, slots_per_host=SHAPES.slots_per_host, batch_size=BATCH)
     state = batch.state
-    for _ in range(20):  # one window at a time: the program test_a_flow_starting_in_a_steady_phase... compiled
+    for _ in range(20):  # one window at a time (run()'s program: the window count is not compiled in)
         state = engine.advance(batch.params, state, 1)
     params, state = jax.tree.map(lambda x: x[0], (batch.params, state))
     port = int(params.flows.flow_data_path[0, 1])  # flow 0's edge uplink

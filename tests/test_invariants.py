@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SMALL
+from conftest import SMALL, padded_size
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import HybridConfig, SimConfig
@@ -122,8 +122,9 @@ def test_conservation_in_hybrid_mode(experiments, restore):
 
 
 def check_invariants(experiments, shapes=SHAPES):
-    """Run ``experiments`` as one batch (padded to ``shapes``) and check every invariant; the final state."""
-    batch = build_batch(experiments, static=shapes, slots_per_host=shapes.slots_per_host)
+    """Run ``experiments`` as one batch (padded to ``shapes`` and to ``padded_size``: one
+    program for 1 to 3 experiments) and check every invariant; the final state."""
+    batch = build_batch(experiments, static=shapes, slots_per_host=shapes.slots_per_host, batch_size=padded_size(len(experiments)))
     clocks = [np.asarray(batch.state.time_ps)]
     state, _ = engine.run(
         batch.params, batch.state, steps_per_call=4, on_progress=lambda s: clocks.append(np.asarray(s.time_ps))

@@ -124,7 +124,7 @@ def test_single_timed_failures_batched_equal_each_alone():
     together = run(exps)
     fcts = set()
     for exp, batched in zip(exps, together):
-        alone = run([exp])[0]
+        alone = run([exp], batch_size=len(exps))[0]
         assert batched.ok and alone.ok
         for column in ("fct_ps", "rx_finish_ps"):
             np.testing.assert_array_equal(batched.flows[column], alone.flows[column])
@@ -186,7 +186,7 @@ def test_hybrid_partition_thaws_at_an_event_on_its_path():
         for mode in ("packet", "hybrid")
     ]
     shapes = dataclasses.replace(SMALL, n_link_epochs=3, steady_window=4)
-    batch = build_batch(exps[1:], static=shapes, slots_per_host=shapes.slots_per_host)
+    batch = build_batch(exps[1:], static=shapes, slots_per_host=shapes.slots_per_host, batch_size=len(exps))  # the program simulate uses below
     state = batch.state
     while int(state.time_ps[0]) < at_ps:  # one window (or jump) at a time, up to the event
         state = engine.advance(batch.params, state, 1)

@@ -258,7 +258,7 @@ def test_batch_matches_each_file_alone(batch):
     """Bit for bit: the same Static, one experiment instead of all of them."""
     for name in ALONE:
         exp, batched = batch["runs"][name]
-        alone = simulate([exp], static=batch["static"], **batch["options"])[0]
+        alone = simulate([exp], static=batch["static"], batch_size=len(RUN), **batch["options"])[0]  # done copies
         assert alone.summary["iteration_time_us"] == batched.summary["iteration_time_us"], name
         np.testing.assert_array_equal(alone.tasks["finish_us"], batched.tasks["finish_us"], err_msg=name)
         np.testing.assert_array_equal(alone.flows["finish_us"], batched.flows["finish_us"], err_msg=name)
