@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SMALL, store_and_forward_ps, wire_sizes
+from conftest import SMALL, padded_size, store_and_forward_ps, wire_sizes
 from test_invariants import networks
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch, needed_static
@@ -301,9 +301,10 @@ def test_maxmin_weights_split_a_shared_link():
 # --- Paths ------------------------------------------------------------------------------------
 
 
-def port_tx_bytes(experiment, static=None, slots_per_host=256):
-    """(P,) wire bytes each port sent over the experiment's run (its own batch)."""
-    batch = build_batch([experiment], static=static, slots_per_host=slots_per_host)
+def port_tx_bytes(experiment, static, slots_per_host):
+    """(P,) wire bytes each port sent over the experiment's run (its own batch, padded to
+    ``padded_size``: a packet-mode run at SMALL shares the program of conftest's ``run_small``)."""
+    batch = build_batch([experiment], static=static, slots_per_host=slots_per_host, batch_size=padded_size(1))
     state, _ = engine.run(batch.params, batch.state)
     assert bool(state.done[0]) and int(state.error[0]) == 0
     return np.asarray(state.ports.port_tx_bytes[0])
@@ -342,7 +343,7 @@ def test_pinned_routes_and_triggers():
     last byte; flow 5 at the barrier of flows 3 and 4's last ACKs."""
     packet = pipeline_with_pinned_routes()
     fluid = dataclasses.replace(packet, sim=FLOW)
-    np.testing.assert_array_equal(port_tx_bytes(packet), port_tx_bytes(fluid))
+    np.testing.assert_array_equal(port_tx_bytes(packet, SMALL, SMALL.slots_per_host), port_tx_bytes(fluid, FLOW_SMALL, 1))
     result = run_flow([fluid])[0].flows
     rows = {int(i): k for k, i in enumerate(result["id"])}
     assert result["start_ps"][rows[2]] == result["rx_finish_ps"][rows[1]]
