@@ -333,7 +333,7 @@ def simulate_point(experiment, args, slots: int, label: str, busiest_nic_us: flo
     build_s = time.perf_counter() - t0
     n_steps, batching = args.steps_per_call, engine.resolve_batching(args.batching)
     t0 = time.perf_counter()
-    lowered = engine.advance.lower(batch.params, batch.state, n_steps, batching)
+    lowered = engine.lower_advance(batch.params, batch.state, n_steps, batching)
     lower_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     compiled = lowered.compile()
@@ -346,7 +346,7 @@ def simulate_point(experiment, args, slots: int, label: str, busiest_nic_us: flo
     last_report = start = time.perf_counter()
     timed_out = False
     while True:
-        state = compiled(batch.params, state)
+        state = compiled(batch.params, state, n_steps)
         done, error = jax.device_get((state.done[0], state.error[0]))
         n_calls += 1
         now = time.perf_counter()
@@ -579,7 +579,7 @@ def metadata(args, model: llm.ModelSpec) -> dict:
         "notes": [
             "one experiment at a time (E=1), built by config.experiment_from_config from a plain dict (rows' 'config')",
             "intra-server collectives (gpus_per_server GPUs per server) are analytical; only inter-server flows are packets",
-            "compile_s = engine.advance.lower(...) (trace + lower) + .compile() (XLA), ahead of time; wall_s = the "
+            "compile_s = engine.lower_advance(...) (trace + lower) + .compile() (XLA), ahead of time; wall_s = the "
             "run loop of the compiled program (steps_per_call windows per call), compile excluded",
             "iteration_time_us / compute_us / exposed_comm_us / bubble_us: simulate.results summary (report/timeline.py): "
             "means over GPUs, compute + exposed comm + bubble = iteration time",

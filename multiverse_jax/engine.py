@@ -166,6 +166,12 @@ def advance(params: Params, state: State, n_steps, batching: str = "auto") -> St
     return _advance_compiled(params, state, n_steps, batching=resolve_batching(batching))
 
 
+def lower_advance(params: Params, state: State, n_steps, batching: str = "auto"):
+    """``advance``'s program lowered for these arguments (``.compile()``, ``.as_text()``:
+    what the profiling benchmarks read); the compiled one takes ``(params, state, n_steps)``."""
+    return _advance_compiled.lower(params, state, n_steps, batching=resolve_batching(batching))
+
+
 def compiled_programs() -> int:
     """How many ``advance`` programs this process has compiled (a test's guard against
     recompiling per design point)."""

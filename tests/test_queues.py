@@ -78,3 +78,38 @@ def test_the_kept_order_with_the_new_arrivals_is_the_sorted_order(monkeypatch):
             for got, want in zip(jax.tree.leaves(merged), jax.tree.leaves(sorted_whole)):
                 np.testing.assert_array_equal(got, want)
     assert merges > 30, merges
+
+
+def test_arrived_by_with_any_hint_is_numpys_searchsorted():
+    """``queues.arrived_by``: for queues of sorted arrival times (ties included), the end of
+    what has arrived by an instant is NumPy's ``searchsorted(side="right")`` from the
+    queue's pointer on, whatever the hint: none (binary search), below the answer
+    (exponential search from it), equal, past it (detected, dropped) or outside the queue."""
+    rng = np.random.default_rng(11)
+    lengths = rng.integers(0, 40, 48)
+    lengths[:3] = (0, 1, 200)  # an empty queue, a single packet, a long backlog
+    queue_end = np.cumsum(lengths).astype(np.int32)
+    begin = queue_end - lengths
+    n_positions = int(queue_end[-1]) + 5  # positions past the queues, as in a pool
+    time_ps = np.full(n_positions, np.iinfo(np.int64).max // 4, np.int64)
+    for b, e in zip(begin, queue_end):
+        time_ps[b:e] = np.sort(rng.integers(0, 50, e - b)) * 1000  # ties: equal arrivals
+    head = (begin + rng.integers(0, np.maximum(lengths, 1))).clip(begin, queue_end).astype(np.int32)
+    at_ps = rng.integers(-1, 52, len(lengths)) * 1000
+    expected = np.array([h + np.searchsorted(time_ps[h:e], t, side="right") for h, e, t in zip(head, queue_end, at_ps)])
+    order = queues.ServiceOrder(
+        slot=jnp.zeros(n_positions, jnp.int32), time_ps=jnp.asarray(time_ps), bytes_before=None,
+        queue_end=jnp.asarray(queue_end), packet=None,
+    )  # fmt: skip
+    search = jax.jit(queues.arrived_by)
+    hints = {
+        "none": None,
+        "head": head,
+        "below": np.maximum(head, expected - rng.integers(0, 5, len(head))),
+        "equal": expected,
+        "past": expected + rng.integers(1, 5, len(head)),
+        "outside": rng.integers(-10, n_positions + 10, len(head)),
+    }
+    for name, hint in hints.items():
+        got = search(order, jnp.asarray(head), jnp.asarray(at_ps), None if hint is None else jnp.asarray(hint, jnp.int32))
+        np.testing.assert_array_equal(np.asarray(got), expected, err_msg=name)

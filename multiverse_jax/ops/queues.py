@@ -344,32 +344,63 @@ def at_head(order: ServiceOrder, head, queue) -> QueuedPacket:
     return QueuedPacket(*(column[at] for column in order.packet))
 
 
-def arrived_by(order: ServiceOrder, head, at_ps):
+def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
     """(Q,) int32 one past the last position of each queue, from its pointer ``head`` on,
-    whose packet has arrived by ``at_ps`` (Q,): a binary search, as a queue is sorted by
-    arrival. It stops once every search has ended, after log2 of the longest queue's
-    length steps (not of the pool's: every transmit round runs it)."""
+    whose packet has arrived by ``at_ps`` (Q,), as a queue is sorted by arrival.
+
+    Without ``hint``: a binary search, which stops once every search has ended, after
+    log2 of the longest queue's length steps (not of the pool's: every transmit round
+    runs it). With ``hint`` (Q,), a guess of the answer from below (the last round's: a
+    port's next departure starts no earlier than its last): an exponential search from
+    it, 1 + 2 log2(packets arrived since) steps, a few per round where a full search
+    takes log2 of the backlog. A hint past the answer is detected and dropped (the search
+    starts from ``head``), so the answer never depends on it.
+    """
     n_positions = order.slot.shape[0]
+    end = jnp.maximum(order.queue_end, head)
 
-    def halve(bounds):
-        low, high = bounds
-        middle = (low + high) // 2
-        later = order.time_ps[jnp.minimum(middle, n_positions - 1)] > at_ps
+    def time_at(position):
+        return order.time_ps[jnp.minimum(position, n_positions - 1)]
+
+    if hint is None:
+        low, step = head, jnp.zeros_like(head)
+    else:
+        hint = jnp.clip(hint, head, end)
+        low = jnp.where((hint == head) | (time_at(hint - 1) <= at_ps), hint, head)
+        step = jnp.ones_like(head)
+
+    def narrow(bounds):
+        # step > 0: galloping, the answer is in [low, high) and at least low; probe
+        # low + step - 1 and double the step while it has arrived. step == 0: halving.
+        low, high, step = bounds
+        galloping = step > 0
+        probe = jnp.where(galloping, low + step - 1, (low + high) // 2)
+        inside = probe < high
+        arrived = inside & (time_at(probe) <= at_ps)
         searching = low < high
-        return jnp.where(searching & ~later, middle + 1, low), jnp.where(searching & later, middle, high)
+        new_low = jnp.where(searching & arrived, probe + 1, low)
+        gallop_high = jnp.where(arrived | ~inside, high, probe)
+        halve_high = jnp.where(searching & ~arrived, probe, high)
+        new_high = jnp.where(galloping, gallop_high, halve_high)
+        return new_low, new_high, jnp.where(galloping & arrived, 2 * step, 0)
 
-    bounds = (head, jnp.maximum(order.queue_end, head))
-    return jax.lax.while_loop(lambda bounds: jnp.any(bounds[0] < bounds[1]), halve, bounds)[0]
+    def searching(bounds):
+        low, high, step = bounds
+        return jnp.any(low < high)
+
+    return jax.lax.while_loop(searching, narrow, (low, end, step))[0]
 
 
-def queued_bytes(order: ServiceOrder, head, n_ports: int, at_ps=None):
+def queued_bytes(order: ServiceOrder, head, n_ports: int, at_ps=None, hint=None):
     """(P,) int64 bytes queued at each port, every class: those not yet sent (from each
     queue's pointer ``head`` (Q,) on); with ``at_ps`` (P,), only those that have arrived
-    by ``at_ps[port]`` (as ``ops.packets.port_queue_bytes``)."""
+    by ``at_ps[port]`` (as ``ops.packets.port_queue_bytes``), and (Q,) one past each
+    queue's last such position (``arrived_by``, ``hint`` passed on)."""
     n_classes = head.shape[0] // n_ports
     if at_ps is None:
         end = jnp.maximum(order.queue_end, head)
     else:
-        end = arrived_by(order, head, jnp.repeat(at_ps, n_classes))
+        end = arrived_by(order, head, jnp.repeat(at_ps, n_classes), hint)
     per_queue = order.bytes_before[end] - order.bytes_before[head]
-    return per_queue.reshape(n_ports, n_classes).sum(axis=1)
+    bytes_per_port = per_queue.reshape(n_ports, n_classes).sum(axis=1)
+    return bytes_per_port if at_ps is None else (bytes_per_port, end)

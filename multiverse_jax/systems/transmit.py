@@ -16,8 +16,9 @@ window.
 Nothing joins a queue during the window (arrivals were queued by ``forward``), so the
 window starts by sorting the pool once into every class queue's service order
 (``ops/queues.py``) and listing each host's free slots (``nic.free_slots``); a round then
-reads each queue's head under a pointer, and the bytes queued at an instant by a binary
-search, so its cost is per port and per flow, not per pool slot. A round reads what it
+reads each queue's head under a pointer, and the bytes queued at an instant by a search
+from where the last round's ended (``queues.arrived_by``), so its cost is per port and
+per flow, not per pool slot. A round reads what it
 needs of a queued packet from the service order, never from the pool arrays it writes
 (XLA would copy those whole every round).
 
@@ -290,16 +291,17 @@ def upcoming_egress(params: Params, pkts: PacketState):
     return jnp.where(in_flight(pkts) & ~at_host(params, pkts), egress, n_ports).astype(jnp.int32)
 
 
-def queue_at_end(params: Params, pkts: PacketState, dep: Departures, queue_bytes, order, head, upcoming):
+def queue_at_end(params: Params, pkts: PacketState, dep: Departures, queue_bytes, order, head, arrived, upcoming):
     """(P,) the queue of each port as its departing packet's last bit leaves, the packet
     still counted (htsim's completeService): what was queued by then (from the window's
-    ``order`` and each queue's pointer ``head``), the packets in flight to it
-    (``upcoming``) that arrive by then included. ``queue_bytes`` where not wanted."""
+    ``order``, each queue's pointer ``head`` and ``arrived`` (Q,), its end at the
+    departure's start), the packets in flight to it (``upcoming``) that arrive by then
+    included. ``queue_bytes`` where not wanted."""
     if upcoming is None:
         return queue_bytes
     n_ports = params.static.n_ports
     end_ps = dep.start + dep.ser_ps
-    queued_by_end = queues.queued_bytes(order, head, n_ports, end_ps - 1)  # an arrival at that instant comes after
+    queued_by_end, _ = queues.queued_bytes(order, head, n_ports, end_ps - 1, arrived)  # an arrival at that instant comes after
     arrives = (upcoming < n_ports) & (pkts.pkt_time_ps < end_ps[jnp.minimum(upcoming, n_ports - 1)])
     int_queue = queued_by_end + count_by(arrives, upcoming, n_ports, pkts.pkt_bytes.astype(jnp.int64))
     return jnp.where(int_queue_wanted(params), int_queue, queue_bytes)
@@ -357,6 +359,7 @@ class Serving(NamedTuple):
 
     state: State
     head: jnp.ndarray  # (Q,) int32 each class queue's next position in the window's service order
+    arrived: jnp.ndarray  # (Q,) int32 one past each queue's last packet arrived by its port's last round's start
     used: jnp.ndarray  # (H,) int32 free slots each host has taken this window (``nic.FreeSlots``)
     sent: jnp.ndarray  # () bool some port started a packet in the last round
 
@@ -378,8 +381,9 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     dep = depart(params, state, offer, start, chosen, heads, window_end_ps, head_packet, pipeline_rank)
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included (see watch_queues).
-    queue_bytes = queues.queued_bytes(order, head, n_ports, dep.start)  # (P,)
-    int_queue = queue_at_end(params, state.packets, dep, queue_bytes, order, head, upcoming)
+    # The last round's ends start the search: a port's next departure starts no earlier.
+    queue_bytes, arrived = queues.queued_bytes(order, head, n_ports, dep.start, serving.arrived)  # (P,), (Q,)
+    int_queue = queue_at_end(params, state.packets, dep, queue_bytes, order, head, arrived, upcoming)
     state = account(params, state, dep, queue_bytes)
     state = state.replace(
         packets=leave(params, state.packets, dep, queue_bytes, state.ports.port_tx_bytes, int_queue, head_packet)
@@ -387,7 +391,8 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     state = nic_emit(params, state, offer, dep)
     # The queue a port served moves its pointer; a host that created a packet took its next free slot.
     served = jnp.where(dep.sends & ~dep.creates, chosen_queue, head.shape[0])
-    return Serving(state, head.at[served].add(1, mode="drop"), used + host_creates(params, dep), jnp.any(dep.sends))
+    next_head = head.at[served].add(1, mode="drop")
+    return Serving(state, next_head, arrived, used + host_creates(params, dep), jnp.any(dep.sends))
 
 
 def window_start(params: Params, state: State, window_end_ps):
@@ -396,7 +401,8 @@ def window_start(params: Params, state: State, window_end_ps):
     order = queues.service_order(params, state.packets, window_end_ps, state.order)
     free = nic.free_slots(params, state.packets)
     upcoming = upcoming_egress(params, state.packets)
-    serving = Serving(state, queues.queue_start(order), jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
+    start = queues.queue_start(order)
+    serving = Serving(state, start, start, jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
     return serving, order, free, upcoming
 
 
