@@ -5,6 +5,7 @@ families already cut."""
 import numpy as np
 import pytest
 
+from multiverse_jax.batch import needed_static
 from multiverse_jax.restorer import dataset
 from multiverse_jax.restorer.features import N_HISTORY
 from multiverse_jax.restorer.train import load_dataset
@@ -47,8 +48,11 @@ def test_splits_are_by_scenario_and_reruns_reuse_the_cuts(built):
 def test_pairs_are_the_series_at_the_phase_ends():
     """Every pair's target is a switch port's sampled depth over its buffer, and its
     history that port's N_HISTORY samples before the phase (newest first)."""
-    experiment = dataset.sampled_like_hybrid(tiny(0, "none"))
-    result = simulate([experiment], slots_per_host=512, steps_per_call=256)[0]
+    family = [dataset.sampled_like_hybrid(tiny(v, "none")) for v in range(dataset.N_VARIANTS)]
+    experiment = family[0]
+    # At the shapes of the family's batch (``built``'s program), padded to its size with done copies.
+    static = needed_static(family, slots_per_host=512, n_samples=256)
+    result = simulate([experiment], slots_per_host=512, steps_per_call=256, static=static, batch_size=len(family))[0]
     pairs = dataset.cut_pairs(experiment, result)
     n_ports = len(experiment.topology.link_src)
     queue = np.asarray(result.port_series["queue_bytes"]).reshape(-1, n_ports) / experiment.switch.buffer_bytes
