@@ -108,22 +108,29 @@ def batch_bytes_per_point(experiment: Experiment, static: Static, slots_per_host
     return sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree.leaves((batch.params, batch.state)))
 
 
-def chunk_size(
+def largest_batch(
     group: Group, experiments: Sequence[Experiment], *, max_batch_size: int | None, memory_fraction: float
 ) -> int:
-    """Points per batched call: ``max_batch_size``, or as many as fit in ``memory_fraction``
-    of the device memory (``WORKING_SET_FACTOR`` x params + state per point)."""
-    n = len(group.members)
+    """The most points of ``group`` one batched call may hold: ``max_batch_size``, or as
+    many as fit in ``memory_fraction`` of the device memory (``WORKING_SET_FACTOR`` x
+    params + state per point)."""
     if max_batch_size is not None:
-        return max(1, min(n, max_batch_size))
+        return max(1, max_batch_size)
     per_point = batch_bytes_per_point(
         experiments[group.members[0]],
         group.static,
         group.options.get("slots_per_host", 256),
         group.options.get("steps_per_call", 64),
     )
-    fits = int(memory_fraction * device_memory_bytes() // (WORKING_SET_FACTOR * per_point))
-    return max(1, min(n, fits))
+    return max(1, int(memory_fraction * device_memory_bytes() // (WORKING_SET_FACTOR * per_point)))
+
+
+def chunk_size(
+    group: Group, experiments: Sequence[Experiment], *, max_batch_size: int | None, memory_fraction: float
+) -> int:
+    """Points per batched call: all of the group, at most ``largest_batch``."""
+    largest = largest_batch(group, experiments, max_batch_size=max_batch_size, memory_fraction=memory_fraction)
+    return min(len(group.members), largest)
 
 
 def chunks(members: Sequence[int], size: int) -> list[list[int]]:
@@ -181,8 +188,9 @@ def simulate_many(
     runs only). ``ray_address``: run one Ray task per chunk on that cluster (see
     ``ray_backend.py``) instead of in this process.
     ``min_batch_size``: every chunk is padded to at least this many experiments (copies
-    that start done and cost no steps; at most the group's chunk size), so calls with
-    different numbers of points reuse one compiled program.
+    that start done and cost no steps; at most ``largest_batch``, even where the group
+    has fewer points), so calls with different numbers of points reuse one compiled
+    program: a search's asks, whatever number of their points is valid.
     """
     experiments = list(experiments)
     if options is None or isinstance(options, dict):
@@ -206,8 +214,9 @@ def simulate_many(
 
     work = []  # (group, chunk, batch size: the chunk padded to at least min_batch_size, at most the size that fits)
     for group in groups:
-        size = chunk_size(group, experiments, max_batch_size=max_batch_size, memory_fraction=memory_fraction)
-        padded = min(min_batch_size or 0, size)
+        limits = dict(max_batch_size=max_batch_size, memory_fraction=memory_fraction)
+        size = chunk_size(group, experiments, **limits)
+        padded = min(min_batch_size or 0, largest_batch(group, experiments, **limits))  # small groups too
         work += [(group, chunk, max(len(chunk), padded)) for chunk in chunks(group.members, size)]
     if ray_address is None:
         for group, chunk, batch_size in work:
