@@ -74,9 +74,9 @@ def test_sort_sizes_chosen_per_batch_keep_batch_equal_to_alone(monkeypatch):
         assert batched.ok and alone.ok
         np.testing.assert_array_equal(batched.flows["fct_ps"], alone.flows["fct_ps"])
         np.testing.assert_array_equal(batched.port_max_queue_bytes, alone.port_max_queue_bytes)
-    # And every size gives what one sort of the whole pool gives (the pool below 4096 slots:
-    # no smaller size; other shapes, so the patched programs are not reused).
+    # And every size gives what one sort of the whole pool gives (SMALL's pool, 2,048 slots,
+    # is below 4096: no smaller size; run_small's own program, unpatched, shared with other tests).
     monkeypatch.undo()
-    whole = run_small(exps, batching="map", slots_per_host=90, n_samples=1)
+    whole = run_small(exps, batching="map")
     for tiered, reference in zip(together, whole):
         np.testing.assert_array_equal(tiered.flows["fct_ps"], reference.flows["fct_ps"])
