@@ -42,7 +42,7 @@ from step_profile import transmit_rounds  # benchmarks/, run as a script
 
 PHASES = {  # the functions a transmit round calls, by module
     transmit: ("class_heads", "start_times", "depart", "_pipeline_rank", "queue_at_end", "account", "leave", "nic_emit"),
-    queues: ("queued_bytes", "at_head"),
+    queues: ("arrived_bytes", "at_head"),
     nic: ("offer", "emit"),
 }
 CONTAINERS = re.compile(r"^(while|cond|call|ThunkExecutor|\$|PjitFunction|end:|ThreadpoolListener)")

@@ -103,8 +103,7 @@ def test_pinned_route_is_followed():
 
 def _mixed_experiments():
     """Four experiments that differ in everything but shape: topology, rates, delays,
-    buffers, thresholds, flows, seed and load balancing. (Experiments 0 and 3, on one
-    topology with as many flows, have the same unpadded shapes: alone they share a program.)"""
+    buffers, thresholds, flows, seed and load balancing."""
     ls = leafspine(4, 4, 2, 100.0, 1.0)
     rng = np.random.default_rng(7)
     exps = []

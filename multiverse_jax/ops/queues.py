@@ -391,16 +391,21 @@ def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
     return jax.lax.while_loop(searching, narrow, (low, end, step))[0]
 
 
-def queued_bytes(order: ServiceOrder, head, n_ports: int, at_ps=None, hint=None):
-    """(P,) int64 bytes queued at each port, every class: those not yet sent (from each
-    queue's pointer ``head`` (Q,) on); with ``at_ps`` (P,), only those that have arrived
-    by ``at_ps[port]`` (as ``ops.packets.port_queue_bytes``), and (Q,) one past each
-    queue's last such position (``arrived_by``, ``hint`` passed on)."""
-    n_classes = head.shape[0] // n_ports
-    if at_ps is None:
-        end = jnp.maximum(order.queue_end, head)
-    else:
-        end = arrived_by(order, head, jnp.repeat(at_ps, n_classes), hint)
+def _bytes_per_port(order: ServiceOrder, head, end, n_ports: int):
+    """(P,) int64 bytes at the positions [head, end) of each queue (Q,), every class summed."""
     per_queue = order.bytes_before[end] - order.bytes_before[head]
-    bytes_per_port = per_queue.reshape(n_ports, n_classes).sum(axis=1)
-    return bytes_per_port if at_ps is None else (bytes_per_port, end)
+    return per_queue.reshape(n_ports, head.shape[0] // n_ports).sum(axis=1)
+
+
+def queued_bytes(order: ServiceOrder, head, n_ports: int):
+    """(P,) int64 bytes queued at each port, every class: those not yet sent (from each
+    queue's pointer ``head`` (Q,) on)."""
+    return _bytes_per_port(order, head, jnp.maximum(order.queue_end, head), n_ports)
+
+
+def arrived_bytes(order: ServiceOrder, head, n_ports: int, at_ps, hint=None):
+    """(P,) int64 the bytes of ``queued_bytes`` that have arrived by ``at_ps[port]`` (P,)
+    (as ``ops.packets.port_queue_bytes``), and (Q,) one past each queue's last such
+    position (``arrived_by``, ``hint`` passed on: the next search's hint)."""
+    end = arrived_by(order, head, jnp.repeat(at_ps, head.shape[0] // n_ports), hint)
+    return _bytes_per_port(order, head, end, n_ports), end

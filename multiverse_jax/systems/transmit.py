@@ -18,9 +18,9 @@ window starts by sorting the pool once into every class queue's service order
 (``ops/queues.py``) and listing each host's free slots (``nic.free_slots``); a round then
 reads each queue's head under a pointer, and the bytes queued at an instant by a search
 from where the last round's ended (``queues.arrived_by``), so its cost is per port and
-per flow, not per pool slot. A round reads what it
-needs of a queued packet from the service order, never from the pool arrays it writes
-(XLA would copy those whole every round).
+per flow, not per pool slot. A round reads what it needs of a queued packet from the
+service order, never from the pool arrays it writes (XLA would copy those whole every
+round).
 
 A round is a chain of phases, arrays over ports P, classes 1 + C and hosts H:
 ``class_heads`` (the candidate of each class queue) -> ``start_times`` (PFC and strict
@@ -301,7 +301,7 @@ def queue_at_end(params: Params, pkts: PacketState, dep: Departures, queue_bytes
         return queue_bytes
     n_ports = params.static.n_ports
     end_ps = dep.start + dep.ser_ps
-    queued_by_end, _ = queues.queued_bytes(order, head, n_ports, end_ps - 1, arrived)  # an arrival at that instant comes after
+    queued_by_end, _ = queues.arrived_bytes(order, head, n_ports, end_ps - 1, arrived)  # an arrival at that instant comes after
     arrives = (upcoming < n_ports) & (pkts.pkt_time_ps < end_ps[jnp.minimum(upcoming, n_ports - 1)])
     int_queue = queued_by_end + count_by(arrives, upcoming, n_ports, pkts.pkt_bytes.astype(jnp.int64))
     return jnp.where(int_queue_wanted(params), int_queue, queue_bytes)
@@ -382,7 +382,7 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included (see watch_queues).
     # The last round's ends start the search: a port's next departure starts no earlier.
-    queue_bytes, arrived = queues.queued_bytes(order, head, n_ports, dep.start, serving.arrived)  # (P,), (Q,)
+    queue_bytes, arrived = queues.arrived_bytes(order, head, n_ports, dep.start, serving.arrived)  # (P,), (Q,)
     int_queue = queue_at_end(params, state.packets, dep, queue_bytes, order, head, arrived, upcoming)
     state = account(params, state, dep, queue_bytes)
     state = state.replace(
@@ -391,8 +391,7 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     state = nic_emit(params, state, offer, dep)
     # The queue a port served moves its pointer; a host that created a packet took its next free slot.
     served = jnp.where(dep.sends & ~dep.creates, chosen_queue, head.shape[0])
-    next_head = head.at[served].add(1, mode="drop")
-    return Serving(state, next_head, arrived, used + host_creates(params, dep), jnp.any(dep.sends))
+    return Serving(state, head.at[served].add(1, mode="drop"), arrived, used + host_creates(params, dep), jnp.any(dep.sends))
 
 
 def window_start(params: Params, state: State, window_end_ps):
