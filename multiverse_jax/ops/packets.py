@@ -7,6 +7,7 @@ A packet is either queued at egress port ``pkt_port`` or in flight on link ``pkt
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params
@@ -22,7 +23,10 @@ def serialization_ps(wire_bytes, rate_bps):
     Exact (no rounding) for every rate that divides 8e12 bits*ps/s, e.g. 25/40/50/100/200/400/800 Gb/s.
     """
     numerator = wire_bytes.astype(jnp.int64) * PS_BITS_PER_BYTE
-    return (numerator + rate_bps - 1) // rate_bps
+    # Both non-negative: a truncating division is the floor, without the sign fix-up of //.
+    rate_bps = jnp.asarray(rate_bps, jnp.int64)
+    numerator, rate_bps = jnp.broadcast_arrays(numerator + rate_bps - 1, rate_bps)
+    return jax.lax.div(numerator, rate_bps)
 
 
 def link_serialization_ps(params: Params, wire_bytes, link):

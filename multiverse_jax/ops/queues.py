@@ -43,8 +43,6 @@ class QueuedPacket(NamedTuple):
     flow: jnp.ndarray  # int32
     seq: jnp.ndarray  # int32
     hop: jnp.ndarray  # int32
-    scheduled_ps: jnp.ndarray  # int64 (PacketState.pkt_scheduled_ps; 0 unless Static.switch_serial)
-    prior_ps: jnp.ndarray  # int64 (PacketState.pkt_prior_ps; 0 unless Static.switch_serial)
 
 
 class ServiceOrder(NamedTuple):
@@ -60,9 +58,8 @@ class ServiceOrder(NamedTuple):
 
 def rank_limit(static) -> int:
     """Ranks are below this: a flow index, or with ``Static.switch_serial`` also
-    (k, place) < (ports + 1, queues + 1) (``systems.transmit._pipeline_rank``)."""
-    n_queues = static.n_ports * (1 + static.n_data_classes)
-    return max(static.n_flows, (static.n_ports + 1) * (n_queues + 1) if static.switch_serial else 0)
+    (k, place) < (ports + 1, ports + 1) (``systems.forward.pipeline_ranks``)."""
+    return max(static.n_flows, (static.n_ports + 1) ** 2 if static.switch_serial else 0)
 
 
 def packet_class(params: Params, pkts: PacketState):
@@ -236,7 +233,7 @@ def _no_queues(params: Params) -> ServiceOrder:
     return ServiceOrder(
         jnp.full(n_slots, n_slots, jnp.int32), jnp.full(n_slots, NEVER, jnp.int64), jnp.zeros(n_slots + 1, jnp.int64),
         jnp.zeros(n_queues, jnp.int32),
-        QueuedPacket(jnp.zeros(n_slots, bool), zeros, zeros, zeros, zeros, zeros, *(jnp.zeros(n_slots, jnp.int64),) * 2),
+        QueuedPacket(jnp.zeros(n_slots, bool), zeros, zeros, zeros, zeros, zeros),
     )  # fmt: skip
 
 
@@ -298,16 +295,13 @@ def _columns(params: Params, pkts: PacketState, slot, in_queue, queue_end) -> Se
     """The service order whose position i holds pool slot ``slot[i]``, a queued packet
     where ``in_queue[i]`` ((n,) each; the queues one after another, ending at
     ``queue_end`` (Q,)): what a round reads of each packet, copied out of the pool."""
-    n_slots, n = params.static.n_slots, slot.shape[0]
+    n_slots = params.static.n_slots
     at = jnp.minimum(slot, n_slots - 1)
     wire_bytes = jnp.where(in_queue, pkts.pkt_bytes[at].astype(jnp.int64), 0)
     bytes_before = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(wire_bytes)])
     # Past the queues: no slot, no packet, whatever the number of positions (as ``_padded``).
     fields = (pkts.pkt_is_ack, pkts.pkt_bytes, pkts.pkt_rank, pkts.pkt_flow, pkts.pkt_seq, pkts.pkt_hop)
-    event_times = (pkts.pkt_scheduled_ps, pkts.pkt_prior_ps) if params.static.switch_serial else ()
-    columns = [jnp.where(in_queue, field[at], jnp.zeros((), field.dtype)) for field in fields + event_times]
-    columns += [jnp.zeros(n, jnp.int64)] * (len(QueuedPacket._fields) - len(columns))  # read only when serial
-    packet = QueuedPacket(*columns)
+    packet = QueuedPacket(*(jnp.where(in_queue, field[at], jnp.zeros((), field.dtype)) for field in fields))
     slot = jnp.where(in_queue, slot, n_slots)
     return ServiceOrder(slot, jnp.where(in_queue, pkts.pkt_time_ps[at], NEVER), bytes_before, queue_end, packet)
 
@@ -344,9 +338,11 @@ def at_head(order: ServiceOrder, head, queue) -> QueuedPacket:
     return QueuedPacket(*(column[at] for column in order.packet))
 
 
-def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
+def arrived_by(order: ServiceOrder, head, at_ps, hint=None, queue=None):
     """(Q,) int32 one past the last position of each queue, from its pointer ``head`` on,
-    whose packet has arrived by ``at_ps`` (Q,), as a queue is sorted by arrival.
+    whose packet has arrived by ``at_ps`` (Q,), as a queue is sorted by arrival. With
+    ``queue`` (n,), the searches are in those queues instead: ``head``, ``at_ps`` and
+    ``hint`` (n,), or (m, n) for m searches in each.
 
     Without ``hint``: a binary search, which stops once every search has ended, after
     log2 of the longest queue's length steps (not of the pool's: every transmit round
@@ -357,7 +353,8 @@ def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
     starts from ``head``), so the answer never depends on it.
     """
     n_positions = order.slot.shape[0]
-    end = jnp.maximum(order.queue_end, head)
+    queue_end = order.queue_end if queue is None else order.queue_end[queue]  # broadcast against head
+    end = jnp.maximum(queue_end, head)
 
     def time_at(position):
         return order.time_ps[jnp.minimum(position, n_positions - 1)]
