@@ -9,9 +9,15 @@ ACK and the packet its NIC offers for that class); PFC pauses every data class. 
 it starts whichever arrives first. Start times are exact:
 start = max(port free, packet arrival, PFC release); the last bit reaches the far end
 ``serialisation + link delay`` later, which is past the window because every link delay
-is at least the window. Each round (``serve_round``), all ports of all experiments start
-at most one packet; rounds repeat until no port can start another packet inside the
-window.
+is at least the window. Each round (``serve_round``), every port of every experiment
+starts the packet the rule above picks, then the packets that follow it from the same
+queue before anything else could start (``train``: up to ``TRAIN`` in all, at the
+FIFO's max-plus recurrence d_j = max(a_j, d_{j-1}) + s_j); rounds repeat until no port
+can start another packet inside the window. A train is what the rounds would send one
+packet at a time, bit for bit: within a window ports are independent (what one sends
+arrives in a later window, and the serial pipeline's ranks were fixed as packets
+arrived, ``forward.pipeline_ranks``). Trains of 64 B ACKs behind a PFC resume were most
+of a busy window's rounds.
 
 Nothing joins a queue during the window (arrivals were queued by ``forward``), so the
 window starts by sorting the pool once into every class queue's service order
@@ -26,7 +32,8 @@ A round is a chain of phases, arrays over ports P, classes 1 + C and hosts H:
 ``class_heads`` (the candidate of each class queue) -> ``start_times`` (PFC and strict
 priority) -> ``depart`` (what each port starts, its wire size and times) -> ``account``
 (port counters, queue maxima and overflows, errors) -> ``leave`` (the packet goes on the wire, ECN
-mark and telemetry at switches) -> ``nic_emit`` (NICs create their new data packets).
+mark and telemetry at switches) -> ``nic_emit`` (NICs create their new data packets)
+-> ``train`` (the departures that follow, the same phases for each, (B, P) arrays).
 """
 
 from __future__ import annotations
@@ -514,7 +521,11 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     served = jnp.where(dep.sends & ~dep.creates, chosen_queue, head.shape[0])
     head = head.at[served].add(1, mode="drop")
     if TRAIN > 1 and upcoming is None:  # (telemetry of the queue with the packet looks ahead one departure at a time)
-        state, head, arrived = train(params, state, order, head, arrived, dep, chosen, ready_ps, offer, window_end_ps)
+        state, head, arrived = jax.lax.cond(  # (skipped where no port sent a queued packet: a round of NICs, the last)
+            jnp.any(dep.sends & ~dep.creates),
+            lambda: train(params, state, order, head, arrived, dep, chosen, ready_ps, offer, window_end_ps),
+            lambda: (state, head, arrived),
+        )
     return Serving(state, head, arrived, used + host_creates(params, dep), jnp.any(dep.sends))
 
 
