@@ -41,9 +41,8 @@ from multiverse_jax.systems import transmit
 from step_profile import transmit_rounds  # benchmarks/, run as a script
 
 PHASES = {  # the functions a transmit round calls, by module
-    transmit: ("class_heads", "start_times", "depart", "queue_at_end", "account", "leave", "nic_emit",
-        "train", "_train_step", "_train_leave", "watch_queues"),
-    queues: ("arrived_bytes", "arrived_by", "at_head"),
+    transmit: ("class_heads", "start_times", "depart", "queue_at_end", "account", "leave", "nic_emit"),
+    queues: ("arrived_bytes", "at_head"),
     nic: ("offer", "emit"),
 }
 CONTAINERS = re.compile(r"^(while|cond|call|ThunkExecutor|\$|PjitFunction|end:|ThreadpoolListener)")

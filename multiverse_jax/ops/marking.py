@@ -36,12 +36,9 @@ def ecn_mark(params: Params, queue_bytes, flow, seq, hop):
     return coin < red_probability(queue_bytes, cp.ecn_kmin_bytes, cp.ecn_kmax_bytes, cp.ecn_pmax)
 
 
-def record_telemetry(
-    params: Params, pkts: PacketState, record, slot, pkt_hop, start_ps, tx_bytes, queue_bytes, port=None
-) -> PacketState:
+def record_telemetry(params: Params, pkts: PacketState, record, slot, pkt_hop, start_ps, tx_bytes, queue_bytes) -> PacketState:
     """Write one INT entry for each port in ``record`` (P,): its hop of the packet in ``slot``
-    (whose ``pkt_hop`` (P,) is the index of the link it leaves by). With ``port``, the
-    arrays are (n,) departures instead, from the ports ``port`` (n,).
+    (whose ``pkt_hop`` (P,) is the index of the link it leaves by).
 
     Switch hop i is the packet's (i + 1)-th link (link 0 leaves the sender's NIC).
     """
@@ -49,8 +46,7 @@ def record_telemetry(
     hop = pkt_hop - 1
     row = jnp.where(record & (hop >= 0) & (hop < n_hops), slot, n_slots)
     col = jnp.clip(hop, 0, n_hops - 1)
-    if port is None:
-        port = jnp.arange(params.static.n_ports, dtype=jnp.int32)
+    port = jnp.arange(params.static.n_ports, dtype=jnp.int32)
     return pkts.replace(
         pkt_int_port=pkts.pkt_int_port.at[row, col].set(port, mode="drop"),
         pkt_int_ts_ps=pkts.pkt_int_ts_ps.at[row, col].set(start_ps, mode="drop"),

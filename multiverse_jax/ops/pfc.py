@@ -30,16 +30,6 @@ def release_ps(params: Params, state: State, earliest_ps):
     return jnp.where(paused, resume_ps, earliest_ps)
 
 
-def next_pause_ps(params: Params, state: State, after_ps):
-    """(P,) the first instant after ``after_ps`` (P,) at which a pause of port p takes
-    effect (NEVER if none is on its way): a port free to start data packets at
-    ``after_ps`` stays free until then."""
-    links = state.links
-    effective_ps = links.pfc_decided_ps + params.links.link_delay_ps[:, None]  # (P, L)
-    coming = (links.pfc_decided_ps >= 0) & (effective_ps > after_ps[:, None]) & links.pfc_paused
-    return jnp.min(jnp.where(coming, effective_ps, NEVER), axis=1)
-
-
 def counted_until_ps(params: Params, pkts):
     """(S,) bool packets that count for their switch's ingress, and (S,) int64 until when
     (meaningful for those in flight, which have left the switch): the start of their

@@ -338,11 +338,9 @@ def at_head(order: ServiceOrder, head, queue) -> QueuedPacket:
     return QueuedPacket(*(column[at] for column in order.packet))
 
 
-def arrived_by(order: ServiceOrder, head, at_ps, hint=None, queue=None):
+def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
     """(Q,) int32 one past the last position of each queue, from its pointer ``head`` on,
-    whose packet has arrived by ``at_ps`` (Q,), as a queue is sorted by arrival. With
-    ``queue`` (n,), the searches are in those queues instead: ``head``, ``at_ps`` and
-    ``hint`` (n,), or (m, n) for m searches in each.
+    whose packet has arrived by ``at_ps`` (Q,), as a queue is sorted by arrival.
 
     Without ``hint``: a binary search, which stops once every search has ended, after
     log2 of the longest queue's length steps (not of the pool's: every transmit round
@@ -353,8 +351,7 @@ def arrived_by(order: ServiceOrder, head, at_ps, hint=None, queue=None):
     starts from ``head``), so the answer never depends on it.
     """
     n_positions = order.slot.shape[0]
-    queue_end = order.queue_end if queue is None else order.queue_end[queue]  # broadcast against head
-    end = jnp.maximum(queue_end, head)
+    end = jnp.maximum(order.queue_end, head)
 
     def time_at(position):
         return order.time_ps[jnp.minimum(position, n_positions - 1)]

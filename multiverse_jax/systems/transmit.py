@@ -9,15 +9,9 @@ ACK and the packet its NIC offers for that class); PFC pauses every data class. 
 it starts whichever arrives first. Start times are exact:
 start = max(port free, packet arrival, PFC release); the last bit reaches the far end
 ``serialisation + link delay`` later, which is past the window because every link delay
-is at least the window. Each round (``serve_round``), every port of every experiment
-starts the packet the rule above picks, then the packets that follow it from the same
-queue before anything else could start (``train``: up to ``TRAIN`` in all, at the
-FIFO's max-plus recurrence d_j = max(a_j, d_{j-1}) + s_j); rounds repeat until no port
-can start another packet inside the window. A train is what the rounds would send one
-packet at a time, bit for bit: within a window ports are independent (what one sends
-arrives in a later window, and the serial pipeline's ranks were fixed as packets
-arrived, ``forward.pipeline_ranks``). Trains of 64 B ACKs behind a PFC resume were most
-of a busy window's rounds.
+is at least the window. Each round (``serve_round``), all ports of all experiments start
+at most one packet; rounds repeat until no port can start another packet inside the
+window.
 
 Nothing joins a queue during the window (arrivals were queued by ``forward``), so the
 window starts by sorting the pool once into every class queue's service order
@@ -32,8 +26,7 @@ A round is a chain of phases, arrays over ports P, classes 1 + C and hosts H:
 ``class_heads`` (the candidate of each class queue) -> ``start_times`` (PFC and strict
 priority) -> ``depart`` (what each port starts, its wire size and times) -> ``account``
 (port counters, queue maxima and overflows, errors) -> ``leave`` (the packet goes on the wire, ECN
-mark and telemetry at switches) -> ``nic_emit`` (NICs create their new data packets)
--> ``train`` (the departures that follow, the same phases for each, (B, P) arrays).
+mark and telemetry at switches) -> ``nic_emit`` (NICs create their new data packets).
 """
 
 from __future__ import annotations
@@ -148,9 +141,10 @@ def depart(
 ) -> Departures:
     """What each port starts: the chosen class's candidate (``heads``: ``class_heads``'
     slots, offer flags and availability times, (P, 1 + C) each; ``head_packet``: the
-    queued packet at the head of the chosen class), if it starts inside the window; its
-    wire size and serialisation; its arrival at the far end, when that arrival is
-    scheduled and its rank. A NIC whose host has no free slot starts nothing
+    queued packet at the head of the chosen class; with switch.pipeline=serial, its rank
+    is the order it left its switch's pipeline in, ``forward.pipeline_ranks``), if it
+    starts inside the window; its wire size and serialisation; its arrival at the far
+    end, when that arrival is scheduled and its rank. A NIC whose host has no free slot starts nothing
     (``ERROR_POOL_FULL``)."""
     class_slot, class_is_offer, class_ready_ps = (
         jnp.take_along_axis(a, chosen[:, None], axis=1)[:, 0] for a in heads
@@ -309,162 +303,6 @@ def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_by
     return marking.record_telemetry(params, on_wire, at_switch, dep.slot, head_packet.hop, dep.start, tx_bytes, int_qlen)
 
 
-TRAIN = 8  # most packets a port starts in one round: its chosen packet and up to 7 queued back to back behind it
-
-
-def train(
-    params: Params, state: State, order, head, arrived, first: Departures, chosen, ready_ps, offer: nic.NicOffer, window_end_ps
-):
-    """The packets each port starts after its departure of the round (``first``, of class
-    ``chosen`` (P,)) from the same queue, before anything else could start: up to
-    ``TRAIN`` - 1 more, exactly as that many more rounds would start them.
-
-    Their times are the FIFO's max-plus recurrence (DESIGN.md, "Time"): packet j starts at
-    max(its arrival, the end of packet j - 1). The train goes on while nothing else could
-    start first: no candidate of another class has arrived by then (``ready_ps``
-    (P, 1 + C), ``class_heads``': the other classes' candidates stay while a port serves
-    one queue; a NIC's data offer is ready no earlier for its port falling free later),
-    at a NIC an ACK of a data class starts no later than the class's ``offer`` could
-    (``_nic_ack_first``: it had arrived when the port fell free, or starts by the offer's
-    ready time), no PFC pause of a data class has taken effect
-    (``pfc.next_pause_ps``), and the start is inside the window. So the queue a departure
-    sees is its own class's: one search per departure in the chosen queue. A NIC's train
-    is of queued packets only (ACKs): the packet a NIC creates changes what it offers
-    next. Ports are independent within a
-    window (what one sends arrives in a later one; the serial pipeline's ranks were
-    fixed as packets arrived, ``forward``), so each departure is the one the rounds would
-    give: its start, the queue it sees, its ECN mark and telemetry, its ranks and the
-    link's scheduling tie-breaks.
-
-    ``head`` (Q,): the pointers after ``first``; ``arrived`` (Q,): its searches' ends.
-    Returns the state, the pointers and the searches' ends (the next round's hint)."""
-    n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
-    n_positions, delay_ps = order.slot.shape[0], params.links.link_delay_ps
-    chosen_queue = n_classes * jnp.arange(n_ports) + chosen
-    host, is_nic = _nic_host(params)
-    # Each departure must start before another class's candidate has arrived, a PFC pause
-    # takes effect and the window ends; at a NIC, an ACK that waits for nothing, or by
-    # its class's offer.
-    other_ps = jnp.min(jnp.where(jnp.arange(n_classes) != chosen[:, None], ready_ps, NEVER), axis=1)
-    pause_ps = jnp.where(chosen > 0, pfc.next_pause_ps(params, state, first.start), NEVER)
-    limit_ps = jnp.minimum(jnp.minimum(other_ps, pause_ps), window_end_ps)
-    offer_ps = jnp.take_along_axis(offer.ready_ps[host], jnp.maximum(chosen - 1, 0)[:, None], axis=1)[:, 0]
-    offer_ps = jnp.where(is_nic & (chosen > 0), offer_ps, NEVER)
-    ports = state.ports  # as ``first`` left them
-    port = _TrainPort(
-        ports.port_free_ps, ports.port_last_arrival_ps, ports.port_last_scheduled_ps, ports.port_busy_rank,
-        ports.port_train_rank, ports.port_tx_bytes,
-    )  # fmt: skip
-    position = head[chosen_queue] + jnp.arange(TRAIN - 1, dtype=jnp.int32)[:, None]  # (B, P) the packets behind
-    at = jnp.minimum(position, n_positions - 1)
-    in_queue = position < order.queue_end[chosen_queue]
-    packets = queues.QueuedPacket(*(column[at] for column in order.packet))  # (B, P) each
-
-    def step(carry, packet_j):
-        """The FIFO's max-plus recurrence, one packet of every port's train."""
-        port, goes = carry
-        slot, available_ps, in_queue, packet = packet_j
-        start_ps = jnp.maximum(available_ps, port.free_ps)
-        waits = available_ps <= port.free_ps
-        goes = goes & in_queue & (start_ps < limit_ps) & (waits | (start_ps <= offer_ps))
-        dep, port = _train_step(port, slot, packet, available_ps, start_ps, goes, params.links.link_rate_bps, delay_ps)
-        return (port, goes), dep
-
-    (port, _), dep = jax.lax.scan(step, (port, first.sends & ~first.creates), (order.slot[at], order.time_ps[at], in_queue, packets))
-    # The queue just before each departure: its class's packets arrived by then (no other
-    # class has any), from the departing one on.
-    ends = queues.arrived_by(order, position, dep.start, arrived[chosen_queue], chosen_queue)  # (B, P)
-    queue_bytes = order.bytes_before[ends] - order.bytes_before[position]
-    for j in range(TRAIN - 1):
-        state = watch_queues(params, state, dep.slot[j] >= 0, dep.start[j], queue_bytes[j], dep.packet.wire_bytes[j])
-    n_goes = jnp.sum(dep.slot >= 0, axis=0, dtype=jnp.int32)  # (P,)
-    ports = state.ports
-    state = state.replace(
-        ports=ports.replace(
-            port_free_ps=port.free_ps, port_tx_bytes=port.tx_bytes, port_last_arrival_ps=port.last_arrival_ps,
-            port_busy_rank=port.busy_rank, port_train_rank=port.train_rank, port_last_scheduled_ps=port.last_scheduled_ps,
-        ),
-        n_packet_hops=state.n_packet_hops + jnp.sum(n_goes),
-    )  # fmt: skip
-    state = state.replace(packets=_train_leave(params, state.packets, dep, queue_bytes))
-    last_end = jnp.take_along_axis(ends, jnp.maximum(n_goes - 1, 0)[None, :], axis=0)[0]
-    arrived = arrived.at[jnp.where(n_goes > 0, chosen_queue, head.shape[0])].set(last_end, mode="drop")
-    return state, head.at[chosen_queue].add(n_goes), arrived
-
-
-class _TrainPort(NamedTuple):
-    """A port as a train leaves it after each departure (``PortState``'s): arrays (P,)."""
-
-    free_ps: jnp.ndarray  # int64 port_free_ps
-    last_arrival_ps: jnp.ndarray  # int64 port_last_arrival_ps
-    last_scheduled_ps: jnp.ndarray  # int64 port_last_scheduled_ps
-    busy_rank: jnp.ndarray  # int32 port_busy_rank
-    train_rank: jnp.ndarray  # int32 port_train_rank
-    tx_bytes: jnp.ndarray  # int64 port_tx_bytes
-
-
-class _TrainDeparture(NamedTuple):
-    """One departure of each port's train (``train``): arrays (P,), or (B, P) stacked."""
-
-    slot: jnp.ndarray  # int32 the packet's pool slot (-1: the port's train has ended)
-    packet: queues.QueuedPacket  # what the round reads of it
-    start: jnp.ndarray  # int64 when it starts
-    arrival_ps: jnp.ndarray  # int64 when its last bit reaches the far end
-    scheduled_ps: jnp.ndarray  # int64 when that arrival is scheduled
-    prior_ps: jnp.ndarray  # int64 when what scheduled it was scheduled
-    rank: jnp.ndarray  # int32 the rank of its arrival at the far end
-    tx_bytes: jnp.ndarray  # int64 the port's bytes sent, it included
-
-
-def _train_step(port: _TrainPort, slot, packet, available_ps, start_ps, goes, rate_bps, delay_ps):
-    """The departure of the packet in ``slot`` (P,) (available since ``available_ps``) at
-    ``start_ps`` (P,) where ``goes`` (P,), as ``depart``, ``_ranks`` and ``account`` give
-    it: the departure and the port after it."""
-    ser_ps = serialization_ps(packet.wire_bytes, rate_bps)
-    end_ps = start_ps + ser_ps
-    arrival_ps = end_ps + delay_ps
-    # A link delivers in order (see ``depart``); a busy period takes the rank of the
-    # arrival that began it, a train on the link that of its busy period (``_ranks``).
-    scheduled_ps = jnp.maximum(end_ps, port.last_arrival_ps)
-    fresh_link = end_ps >= port.last_arrival_ps
-    prior_ps = jnp.where(fresh_link, start_ps, port.last_scheduled_ps)
-    busy_rank = jnp.where(port.free_ps <= available_ps, packet.rank, port.busy_rank)
-    rank = jnp.where(fresh_link, busy_rank, port.train_rank)
-    tx_bytes = port.tx_bytes + jnp.where(goes, packet.wire_bytes, 0)
-    dep = _TrainDeparture(jnp.where(goes, slot, -1), packet, start_ps, arrival_ps, scheduled_ps, prior_ps, rank, tx_bytes)
-    after = _TrainPort(
-        jnp.where(goes, end_ps, port.free_ps), jnp.where(goes, arrival_ps, port.last_arrival_ps),
-        jnp.where(goes, scheduled_ps, port.last_scheduled_ps), jnp.where(goes, busy_rank, port.busy_rank),
-        jnp.where(goes, rank, port.train_rank), tx_bytes,
-    )  # fmt: skip
-    return dep, after
-
-
-def _train_leave(params: Params, pkts: PacketState, dep: _TrainDeparture, queue_bytes) -> PacketState:
-    """``leave`` for the trains' departures (``dep``, (B, P) each; ``queue_bytes`` (B, P)
-    the queue each saw): the packets go on the wire, a data packet leaving a switch
-    ECN-marked and its telemetry recorded (the queue it leaves behind)."""
-    n_slots = params.static.n_slots
-    slot = jnp.where(dep.slot >= 0, dep.slot, n_slots).ravel()
-    _, is_nic = _nic_host(params)
-    at_switch = (dep.slot >= 0) & ~dep.packet.is_ack & ~is_nic
-    left_behind = queue_bytes - dep.packet.wire_bytes
-    marked = at_switch & marking.ecn_mark(params, left_behind, dep.packet.flow, dep.packet.seq, dep.packet.hop)
-    on_wire = pkts.replace(
-        pkt_in_flight=pkts.pkt_in_flight.at[slot].set(True, mode="drop"),
-        pkt_time_ps=pkts.pkt_time_ps.at[slot].set(dep.arrival_ps.ravel(), mode="drop"),
-        pkt_scheduled_ps=pkts.pkt_scheduled_ps.at[slot].set(dep.scheduled_ps.ravel(), mode="drop"),
-        pkt_rank=pkts.pkt_rank.at[slot].set(dep.rank.ravel(), mode="drop"),
-        pkt_prior_ps=pkts.pkt_prior_ps.at[slot].set(dep.prior_ps.ravel(), mode="drop"),
-        pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked.ravel(), slot, n_slots)].set(True, mode="drop"),
-    )
-    port = jnp.broadcast_to(jnp.arange(params.static.n_ports, dtype=jnp.int32), dep.slot.shape)
-    return marking.record_telemetry(
-        params, on_wire, at_switch.ravel(), slot, dep.packet.hop.ravel(), dep.start.ravel(), dep.tx_bytes.ravel(),
-        left_behind.ravel(), port.ravel(),
-    )  # fmt: skip
-
-
 def host_creates(params: Params, dep: Departures):
     """(H,) bool each host's NIC port puts a new data packet on the wire this round."""
     nic_port = params.nics.nic_port
@@ -519,14 +357,7 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     state = nic_emit(params, state, offer, dep)
     # The queue a port served moves its pointer; a host that created a packet took its next free slot.
     served = jnp.where(dep.sends & ~dep.creates, chosen_queue, head.shape[0])
-    head = head.at[served].add(1, mode="drop")
-    if TRAIN > 1 and upcoming is None:  # (telemetry of the queue with the packet looks ahead one departure at a time)
-        state, head, arrived = jax.lax.cond(  # (skipped where no port sent a queued packet: a round of NICs, the last)
-            jnp.any(dep.sends & ~dep.creates),
-            lambda: train(params, state, order, head, arrived, dep, chosen, ready_ps, offer, window_end_ps),
-            lambda: (state, head, arrived),
-        )
-    return Serving(state, head, arrived, used + host_creates(params, dep), jnp.any(dep.sends))
+    return Serving(state, head.at[served].add(1, mode="drop"), arrived, used + host_creates(params, dep), jnp.any(dep.sends))
 
 
 def window_start(params: Params, state: State, window_end_ps):
