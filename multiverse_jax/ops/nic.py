@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, Params, State
 from multiverse_jax.ops import cc, polls
-from multiverse_jax.ops.segments import fifo_head
+from multiverse_jax.ops.segments import fifo_head, prefix_sum
 from multiverse_jax.units import NEVER
 
 
@@ -72,7 +72,7 @@ def free_slots(params: Params, pkts) -> FreeSlots:
     """Each host's free slots, listed once per window (one pass over the pool)."""
     n_hosts, slots_per_host = params.static.n_hosts, params.static.slots_per_host
     free = ~pkts.pkt_valid.reshape(n_hosts, slots_per_host)
-    rank = jnp.cumsum(free, axis=1, dtype=jnp.int32) - 1
+    rank = prefix_sum(free, axis=1, dtype=jnp.int32) - 1
     slot = jnp.arange(params.static.n_slots, dtype=jnp.int32).reshape(n_hosts, slots_per_host)
     column = jnp.where(free, rank, slots_per_host)
     listed = jnp.zeros((n_hosts, slots_per_host), jnp.int32).at[jnp.arange(n_hosts)[:, None], column].set(slot, mode="drop")

@@ -28,7 +28,7 @@ from multiverse_jax.components.order import OrderState
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops.lockstep import switch_largest
 from multiverse_jax.ops.packets import queued
-from multiverse_jax.ops.segments import compact
+from multiverse_jax.ops.segments import compact, prefix_sum
 from multiverse_jax.units import NEVER
 
 
@@ -157,7 +157,7 @@ def _queue_of_position(queue_end, n_positions: int):
     """(n_positions,) int32 the queue each position of an order belongs to (Q past the
     queues), from ``queue_end`` (Q,): the number of queues that end at or before it."""
     ends = jnp.zeros(n_positions + 1, jnp.int32).at[queue_end].add(1)
-    return jnp.cumsum(ends[:n_positions], dtype=jnp.int32)
+    return prefix_sum(ends[:n_positions], dtype=jnp.int32)
 
 
 def _queue_of(params: Params, pkts: PacketState, at):
@@ -298,7 +298,7 @@ def _columns(params: Params, pkts: PacketState, slot, in_queue, queue_end) -> Se
     n_slots = params.static.n_slots
     at = jnp.minimum(slot, n_slots - 1)
     wire_bytes = jnp.where(in_queue, pkts.pkt_bytes[at].astype(jnp.int64), 0)
-    bytes_before = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(wire_bytes)])
+    bytes_before = jnp.concatenate([jnp.zeros(1, jnp.int64), prefix_sum(wire_bytes)])
     # Past the queues: no slot, no packet, whatever the number of positions (as ``_padded``).
     fields = (pkts.pkt_is_ack, pkts.pkt_bytes, pkts.pkt_rank, pkts.pkt_flow, pkts.pkt_seq, pkts.pkt_hop)
     packet = QueuedPacket(*(jnp.where(in_queue, field[at], jnp.zeros((), field.dtype)) for field in fields))

@@ -55,11 +55,32 @@ def latest_by(mask, segment, n_segments, time_ps):
     return jax.ops.segment_max(jnp.where(mask, time_ps, -1), jnp.where(mask, segment, n_segments), n_segments)
 
 
+SCAN_FROM = 1024  # prefix sums at least this long go by associative scan
+
+
+def prefix_sum(values, axis: int = -1, dtype=None):
+    """``jnp.cumsum(values, axis, dtype)``, integers only (so the order of the additions
+    does not matter: the same bits). Long ones go by ``lax.associative_scan``: XLA's CPU
+    backend computes ``cumsum`` as a reduce-window, 2 to 2.5 times slower over the
+    65,536 slots of a pool (370-500 us against 150-200 us, measured on the 2-core CPU)."""
+    values = values.astype(dtype or values.dtype)
+    if values.shape[axis] < SCAN_FROM:
+        return jnp.cumsum(values, axis=axis)
+    return jax.lax.associative_scan(jnp.add, values, axis=axis)
+
+
+def prefix_max(values):
+    """``lax.cummax(values)`` of a 1-D array, by associative scan when long (as ``prefix_sum``)."""
+    if values.shape[0] < SCAN_FROM:
+        return jax.lax.cummax(values)
+    return jax.lax.associative_scan(jnp.maximum, values)
+
+
 def compact(mask, capacity: int, *columns):
     """The masked entries of each column, in order, packed into ``capacity`` places (stream
     compaction: one cumsum, one scatter per column). ``columns``: (values (n,), fill)
     pairs; returns the packed columns (capacity,) (``fill`` past the entries) and () bool
     whether the entries did not all fit (those past ``capacity`` are left out)."""
-    position = jnp.where(mask, jnp.cumsum(mask, dtype=jnp.int32) - 1, capacity)
+    position = jnp.where(mask, prefix_sum(mask, dtype=jnp.int32) - 1, capacity)
     packed = [jnp.full(capacity, fill, values.dtype).at[position].set(values, mode="drop") for values, fill in columns]
     return packed, jnp.sum(mask, dtype=jnp.int32) > capacity

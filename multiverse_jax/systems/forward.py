@@ -14,7 +14,6 @@ as they arrive, into ``pkt_rank``.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
@@ -23,7 +22,7 @@ from multiverse_jax.ops.lockstep import switch_largest
 from multiverse_jax.ops.packets import arriving, at_host
 from multiverse_jax.ops.queues import fifo_order, size_index, sort_by, sort_sizes
 from multiverse_jax.ops.routing import route
-from multiverse_jax.ops.segments import compact
+from multiverse_jax.ops.segments import compact, prefix_max
 from multiverse_jax.units import NEVER
 
 
@@ -106,12 +105,12 @@ def pipeline_ranks(params: Params, pkts: PacketState, slot, arrives, window_end_
     node = jnp.where(arrives, params.links.link_dst_node[pkts.pkt_port[slot]], params.static.n_nodes)
     position = jnp.arange(n, dtype=jnp.int32)
     at_s = at_ps[by_arrival]
-    instant_start = jax.lax.cummax(jnp.where(_group_starts(at_s), position, 0))
+    instant_start = prefix_max(jnp.where(_group_starts(at_s), position, 0))
     place = jnp.zeros(n, jnp.int32).at[by_arrival].set(position - instant_start)  # among the instant's arrivals
     # The arrivals grouped by switch, stably (each switch's in FIFO order), then by instant.
     by_node = sort_by(node.astype(jnp.int64), by_arrival, max(1, n.bit_length()))
     node_s, at_s = node[by_node], at_ps[by_node]
-    group_start = jax.lax.cummax(jnp.where(_group_starts(at_s) | _group_starts(node_s), position, 0))
+    group_start = prefix_max(jnp.where(_group_starts(at_s) | _group_starts(node_s), position, 0))
     k = position - group_start  # (n,) in by_node's order
     rank = k * (n_ports + 1) + place[by_node[group_start]]
     return jnp.zeros(n, jnp.int32).at[by_node].set(rank)

@@ -30,7 +30,7 @@ from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
 from multiverse_jax.ops.lockstep import at_most_once
 from multiverse_jax.ops.pfc import counted_until_ps
 from multiverse_jax.ops.queues import sort_sizes
-from multiverse_jax.ops.segments import compact, count_by
+from multiverse_jax.ops.segments import compact, count_by, prefix_max, prefix_sum
 
 PFC_EVENTS_PER_LINK = 2  # room per link for the window's events of links near a threshold (more: a larger sort)
 KEY_BITS = 63  # bits of a sort key; events whose link, time and index do not fit sort the index as an operand
@@ -139,13 +139,13 @@ def _latch(params: Params, state: State, link, delta, held_start):
     n_ports, n_events = params.static.n_ports, link.shape[0]
     index = jnp.arange(n_events)
     first = jax.ops.segment_min(index, link, n_ports + 1)  # (P + 1,) first event of each link
-    total = jnp.cumsum(delta)
+    total = prefix_sum(delta)
     base = (total - delta)[jnp.minimum(first, n_events - 1)]
     row = jnp.minimum(link, n_ports - 1)
     count = held_start[row] + total - base[link]
     sets, resets = count > params.links.link_pfc_xoff_bytes[row], count < params.links.link_pfc_xon_bytes[row]
     deciding = (link < n_ports) & (sets | resets)
-    last = jax.lax.cummax(jnp.where(deciding, index, -1))
+    last = prefix_max(jnp.where(deciding, index, -1))
     start_state = state.links.pfc_paused[row, -1]
     paused = jnp.where(last >= first[link], sets[jnp.maximum(last, 0)], start_state)
     before = jnp.where(index > first[link], jnp.roll(paused, 1), start_state)
