@@ -33,7 +33,8 @@ class PacketState:
     #   its last bit leaving the previous port and the previous packet's arrival over that link (a
     #   discrete-event simulator schedules a link's deliveries one after another); breaks ties in FIFOs
     pkt_rank: chex.Array  # (S_total,) int32 the event chain its arrival descends from (a flow index: see
-    #   PortState.port_busy_rank); breaks the ties pkt_scheduled_ps leaves
+    #   PortState.port_busy_rank); breaks the ties pkt_scheduled_ps leaves. Queued at a switch with
+    #   switch.pipeline=serial: the order it left the switch's pipeline (forward.pipeline_ranks)
     pkt_prior_ps: chex.Array  # (S_total,) int64 when the event that scheduled its arrival was itself
     #   scheduled: its start on the wire (the port's end-of-service event is scheduled then) or, while
     #   the previous packet was still on the link, that one's pkt_scheduled_ps (its arrival scheduled
