@@ -29,7 +29,7 @@ from multiverse_jax.units import NEVER
 def set_forward_plan(params: Params, state: State, window_end_ps) -> State:
     pkts = state.packets
     at_switch = arriving(pkts, window_end_ps) & ~at_host(params, pkts)
-    port, rank = forwarded_ports(params, pkts, at_switch, window_end_ps)
+    port, rank = ports_and_ranks(params, pkts, at_switch, window_end_ps)
     packets = pkts.replace(
         pkt_in_flight=jnp.where(at_switch, False, pkts.pkt_in_flight),
         pkt_ingress=jnp.where(at_switch, pkts.pkt_port, pkts.pkt_ingress),
@@ -41,7 +41,7 @@ def set_forward_plan(params: Params, state: State, window_end_ps) -> State:
     return state.replace(packets=packets)
 
 
-def forwarded_ports(params: Params, pkts: PacketState, at_switch, window_end_ps):
+def ports_and_ranks(params: Params, pkts: PacketState, at_switch, window_end_ps):
     """(S,) int32 each packet's port after forwarding: the egress routing picks for those
     arriving at a switch (``at_switch`` (S,) bool), the link it is on for the others; and
     (S,) int32 each packet's rank (``pkt_rank``): with switch.pipeline=serial, for those

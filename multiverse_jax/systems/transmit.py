@@ -144,8 +144,8 @@ def depart(
     queued packet at the head of the chosen class; with switch.pipeline=serial, its rank
     is the order it left its switch's pipeline in, ``forward.pipeline_ranks``), if it
     starts inside the window; its wire size and serialisation; its arrival at the far
-    end, when that arrival is scheduled and its rank. A NIC whose host has no free slot starts nothing
-    (``ERROR_POOL_FULL``)."""
+    end, when that arrival is scheduled and its rank. A NIC whose host has no free slot
+    starts nothing (``ERROR_POOL_FULL``)."""
     class_slot, class_is_offer, class_ready_ps = (
         jnp.take_along_axis(a, chosen[:, None], axis=1)[:, 0] for a in heads
     )  # the chosen class's, (P,) each
