@@ -1,5 +1,5 @@
 """``ops.segments.prefix_sum`` and ``prefix_max``: NumPy's ``cumsum`` and
-``maximum.accumulate``, bit for bit, below and above the length where they switch from
+``maximum.accumulate``, bit for bit, below and above the number of entries where they switch from
 XLA's cumulative ops to an associative scan."""
 
 import jax
@@ -18,6 +18,8 @@ def test_prefix_scans_are_numpys():
         np.testing.assert_array_equal(jax.jit(prefix_sum)(sizes), np.cumsum(sizes))
         index = np.where(mask, np.arange(n), -1)
         np.testing.assert_array_equal(jax.jit(prefix_max)(index), np.maximum.accumulate(index))
-    free = rng.random((16, 2 * SCAN_FROM)) < 0.5  # along a later axis, as nic.free_slots
+    # Along a later axis, as nic.free_slots: rows shorter than SCAN_FROM, more entries than
+    # it in all (the scan's side).
+    free = rng.random((16, SCAN_FROM // 8 + 3)) < 0.5
     got = jax.jit(prefix_sum, static_argnames=("axis", "dtype"))(free, axis=1, dtype=np.int32)
     np.testing.assert_array_equal(got, np.cumsum(free, axis=1, dtype=np.int32))

@@ -338,6 +338,12 @@ def at_head(order: ServiceOrder, head, queue) -> QueuedPacket:
     return QueuedPacket(*(column[at] for column in order.packet))
 
 
+# Positions a hinted search (``arrived_by``) reads at once from its hint: between two
+# departures of a port, its queues mostly gain fewer packets than this, and the reads are
+# one gather where each step of a search is a loop iteration of several kernels.
+PROBES = 8
+
+
 def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
     """(Q,) int32 one past the last position of each queue, from its pointer ``head`` on,
     whose packet has arrived by ``at_ps`` (Q,), as a queue is sorted by arrival.
@@ -345,10 +351,11 @@ def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
     Without ``hint``: a binary search, which stops once every search has ended, after
     log2 of the longest queue's length steps (not of the pool's: every transmit round
     runs it). With ``hint`` (Q,), a guess of the answer from below (the last round's: a
-    port's next departure starts no earlier than its last): an exponential search from
-    it, 1 + 2 log2(packets arrived since) steps, a few per round where a full search
-    takes log2 of the backlog. A hint past the answer is detected and dropped (the search
-    starts from ``head``), so the answer never depends on it.
+    port's next departure starts no earlier than its last): the ``PROBES`` positions
+    from it are read at once, and only where all of them have arrived does an
+    exponential search go on past them (1 + 2 log2(packets arrived since) steps). A hint
+    past the answer is detected and dropped (the search starts from ``head``), so the
+    answer never depends on it.
     """
     n_positions = order.slot.shape[0]
     end = jnp.maximum(order.queue_end, head)
@@ -361,7 +368,12 @@ def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
     else:
         hint = jnp.clip(hint, head, end)
         low = jnp.where((hint == head) | (time_at(hint - 1) <= at_ps), hint, head)
-        step = jnp.ones_like(head)
+        # A queue sorted by arrival: what has arrived from ``low`` on is a prefix.
+        probe = low[:, None] + jnp.arange(PROBES, dtype=low.dtype)  # (Q, PROBES)
+        seen = (probe < end[:, None]) & (time_at(probe) <= at_ps[:, None])
+        low = low + jnp.sum(seen, axis=1, dtype=low.dtype)
+        more = seen[:, -1]  # every probe had arrived: the answer may lie further on
+        end, step = jnp.where(more, end, low), more.astype(low.dtype)
 
     def narrow(bounds):
         # step > 0: galloping, the answer is in [low, high) and at least low; probe
