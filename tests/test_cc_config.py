@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from multiverse_jax.cli import run
 from multiverse_jax.conf.schema import CcKind, Config, DcqcnConfig, DctcpConfig, HpccConfig, SwitchConfig, TimelyConfig
-from multiverse_jax.config import CONFIG_PATH, experiment_from_config
+from multiverse_jax.config import CONFIG_PATH, experiment_from_config, load_config, resolve_config
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 
@@ -240,3 +240,21 @@ def test_hpcc_constants_as_htsim_sets_them():
     assert float(state.flow_window_bytes[1, 0]) == 100e9 * 12e-6 / 8  # default: line rate x T, also 150 KB
     with pytest.raises(InputError, match=r"hpcc\.w_ai_bytes must be a finite number > 0, got 0"):
         experiment_from_config({"hpcc": {"w_ai_bytes": 0}})
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),
+        ("cc=hpcc", "switch.pipeline=serial", "topology.links_down=[agg0-core0,agg1-core1]", "sim.mode=hybrid"),
+        ("cc=dcqcn", "packet.ack_class=data", "sim.batching=vmap", "workload.kind=incast"),
+    ],
+)
+def test_resolved_config_is_omegaconfs_container(overrides):
+    """``resolve_config`` walks the loaded dataclasses; it gives what OmegaConf's container of
+    the structured config gives (choices as names, lists, field order, value types)."""
+    cfg = config(*overrides)
+    expected = OmegaConf.to_container(OmegaConf.structured(load_config(cfg)), enum_to_str=True)
+    resolved = resolve_config(cfg)
+    assert resolved == expected and repr(resolved) == repr(expected)
+    assert list(resolved) == list(expected)

@@ -1,6 +1,6 @@
 """``ops.segments.prefix_sum`` and ``prefix_max``: NumPy's ``cumsum`` and
-``maximum.accumulate``, bit for bit, below and above the number of entries where they switch from
-XLA's cumulative ops to an associative scan."""
+``maximum.accumulate``, bit for bit, below and above the number of entries where they
+switch from XLA's cumulative ops to an associative scan."""
 
 import jax
 import numpy as np
