@@ -104,7 +104,15 @@ def _input_error(exc: OmegaConfBaseException, given) -> InputError:
 
 
 def _plain(value):
-    """NumPy scalars as Python numbers, recursively (OmegaConf takes only Python types)."""
+    """``value`` as plain Python, recursively: NumPy scalars as numbers, config groups
+    (dataclasses) as dicts in field order, choices (enums) as their names, sequences as
+    lists. OmegaConf takes only Python types (a choice by its name); a loaded config
+    comes out as ``OmegaConf.to_container`` of its structured node with ``enum_to_str``
+    gives it, without building that node."""
+    if dataclasses.is_dataclass(value):
+        return {field.name: _plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.name
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -143,22 +151,7 @@ def _schema() -> DictConfig:
 
 def resolve_config(cfg) -> dict:
     """The full config as a plain dict (choices as their names), for tables and summaries."""
-    return _as_dict(load_config(cfg))
-
-
-def _as_dict(value):
-    """A loaded config (or any of its values) as plain Python: groups as dicts in field
-    order, choices as their names, sequences as lists (what ``OmegaConf.to_container``
-    of the structured config gives with ``enum_to_str``, without building it)."""
-    if dataclasses.is_dataclass(value):
-        return {field.name: _as_dict(getattr(value, field.name)) for field in dataclasses.fields(value)}
-    if isinstance(value, Enum):
-        return value.name
-    if isinstance(value, dict):
-        return {key: _as_dict(v) for key, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_as_dict(v) for v in value]
-    return value
+    return _plain(load_config(cfg))
 
 
 def run_options(cfg) -> dict:

@@ -366,7 +366,7 @@ def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
         return order.time_ps[jnp.minimum(position, n_positions - 1)]
 
     if hint is None:
-        low, step = head, jnp.zeros_like(head)
+        low, high, step = head, end, jnp.zeros_like(head)
     else:
         hint = jnp.clip(hint, head, end)
         low = jnp.where((hint == head) | (time_at(hint - 1) <= at_ps), hint, head)
@@ -375,7 +375,7 @@ def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
         seen = (probe < end[:, None]) & (time_at(probe) <= at_ps[:, None])
         low = low + jnp.sum(seen, axis=1, dtype=low.dtype)
         more = seen[:, -1]  # every probe had arrived: the answer may lie further on
-        end, step = jnp.where(more, end, low), more.astype(low.dtype)
+        high, step = jnp.where(more, end, low), more.astype(low.dtype)
 
     def narrow(bounds):
         # step > 0: galloping, the answer is in [low, high) and at least low; probe
@@ -396,7 +396,7 @@ def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
         low, high, step = bounds
         return jnp.any(low < high)
 
-    return jax.lax.while_loop(searching, narrow, (low, end, step))[0]
+    return jax.lax.while_loop(searching, narrow, (low, high, step))[0]
 
 
 def _bytes_per_port(order: ServiceOrder, head, end, n_ports: int):
