@@ -144,10 +144,12 @@ def test_batch_equals_each_experiment_alone(batching):
 
 
 def test_new_parameters_same_shapes_do_not_retrace():
-    @jax.jit
-    @chex.assert_max_traces(n=1)
+    # The engine's own program (``engine._advance`` under vmap, as ``run_small`` compiles it
+    # for test_batch_equals_each_experiment_alone[vmap]: the persistent cache shares it).
+    advance = jax.jit(chex.assert_max_traces(engine._advance, n=1), static_argnames=("batching",))
+
     def two_windows(params, state):
-        return jax.lax.scan(lambda s, _: (jax.vmap(engine.step)(params, s), None), state, None, length=2)[0]
+        return advance(params, state, 2, batching="vmap")
 
     exps = _mixed_experiments()
     first = build_batch(exps[:2], static=SMALL, slots_per_host=SMALL.slots_per_host, batch_size=padded_size(2))

@@ -56,7 +56,8 @@ def test_sort_sizes_chosen_per_batch_keep_batch_equal_to_alone(monkeypatch):
     to route and their PFC events, and the heavy one merges its kept order while the light
     one sorts; under vmap the batch sorts queues (in the largest size any needs, if any
     must sort) and routes arrivals in the largest size any needs, and PFC events in each
-    size some experiment needs. FCTs equal each run alone, bit for bit."""
+    size some experiment needs. FCTs equal each run alone (the same vmap program, the others
+padding that never steps), bit for bit, and those of the whole-pool sort under ``map``."""
     monkeypatch.setattr(queues, "SMALLEST_SORT", 64)  # queues, arrivals (forward) and PFC events: 64, 256, 1024 places
     monkeypatch.setattr(pfc, "PFC_COMPACT_ABOVE", 0)
     monkeypatch.setattr(pfc, "PFC_EVENTS_PER_LINK", 0)
@@ -69,8 +70,8 @@ def test_sort_sizes_chosen_per_batch_keep_batch_equal_to_alone(monkeypatch):
     shapes = {"slots_per_host": 88, "n_samples": 1}  # shapes of this test only: compiled with the patch
     together = run_small(exps, batching="vmap", **shapes)
     assert together[1].port_max_queue_bytes.max() > 64 * 4160  # over 64 packets queued: a larger sort
-    for exp, batched in zip(exps, together):
-        alone = run_small([exp], batching="map", **shapes)[0]
+    for exp, batched in zip(exps, together):  # alone: padded with done copies, which never step
+        alone = run_small([exp], batching="vmap", **shapes)[0]
         assert batched.ok and alone.ok
         np.testing.assert_array_equal(batched.flows["fct_ps"], alone.flows["fct_ps"])
         np.testing.assert_array_equal(batched.port_max_queue_bytes, alone.port_max_queue_bytes)
