@@ -183,11 +183,11 @@ def pytest_unconfigure(config):
 # pyproject.toml), so starting with the longest leaves short ones to fill the end, and the
 # two workers finish closer together.
 MODULE_SECONDS = {
-    "test_hybrid.py": 167, "test_experiments.py": 80, "test_engine.py": 83, "test_cli.py": 76, "test_sweep.py": 75,
+    "test_hybrid.py": 167, "test_experiments.py": 80, "test_engine.py": 83, "test_cli.py": 55, "test_sweep.py": 75,
     "test_flow_mode.py": 75, "test_hpcc_htsim.py": 63, "test_link_events.py": 61, "test_ray_backend.py": 51,
-    "test_restorer_dataset.py": 46, "test_queues.py": 44, "test_lockstep.py": 43, "test_invariants.py": 43,
+    "test_restorer_dataset.py": 46, "test_queues.py": 44, "test_lockstep.py": 32, "test_invariants.py": 43,
     "test_pfc_exact.py": 41, "test_search.py": 40, "test_workload_files.py": 39, "test_collective_times.py": 37,
-    "test_cc.py": 35, "test_sharding.py": 35, "test_restorer_model.py": 34, "test_golden.py": 26,
+    "test_cc.py": 35, "test_sharding.py": 35, "test_restorer_model.py": 34, "test_golden.py": 45,
     "test_vs_htsim.py": 25, "test_ack_class.py": 20, "test_timeseries.py": 18, "test_overflow.py": 17,
     "test_closed_form.py": 15, "test_failures.py": 15, "test_tasks.py": 14, "test_importers.py": 13,
     "test_prefix_scans.py": 11,

@@ -220,28 +220,6 @@ def test_shipped_examples_run(tmp_path):
 TINY_MODEL = "workload.model={layers:4,hidden:512,heads:8,seq_len:256,vocab:1000}"
 
 
-def test_llm_iteration_writes_tasks_timeline_and_split(tmp_path, capsys):
-    """A tiny transformer with TP=2, PP=2, DP=4 on the 16 hosts of a k=4 fat-tree; off a
-    terminal (pytest captures stderr), a progress line after every compiled call here."""
-    overrides = ["workload.kind=llm", TINY_MODEL, "workload.tp=2", "workload.pp=2", "workload.dp=4"]  # test_golden's llm_small
-    assert run(config(*overrides, "output.progress_interval_s=1e-9"), tmp_path) == 0
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["status"] == "ok"
-    split = summary["compute_us"] + summary["exposed_comm_us"] + summary["bubble_us"]
-    assert split == pytest.approx(summary["iteration_time_us"])
-    assert summary["compute_us"] > 0 and summary["exposed_comm_us"] > 0
-    tasks = pq.read_table(tmp_path / "tasks.parquet").to_pydict()
-    assert {"tp", "pp", "dp", "compute"} <= set(tasks["category"])
-    assert max(tasks["finish_us"]) == summary["iteration_time_us"]
-    assert max(tasks["finish_ps"]) == summary["iteration_time_ps"] and min(tasks["start_ps"]) >= 0
-    assert (tmp_path / "timeline.png").stat().st_size > 0
-    n = len(tasks["category"])
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("simulating")]
-    assert len(lines) > 2 and all(f"/{n:,} tasks (" in line and " · simulated " in line for line in lines)
-    assert all("windows/s" in line for line in lines[1:])  # rates start at the first report
-    assert "ETA" in lines[1] and lines[-1].startswith(f"simulating ended: {n:,}/{n:,} tasks (100%) · simulated ")
-
-
 def test_llm_point_that_does_not_fit_is_an_oom_result(tmp_path, capsys):
     """GPT-3 175B on 16 GPUs with TP=1 cannot fit: status "oom", exit 1, nothing simulated."""
     overrides = ["workload.kind=llm", "workload.model=gpt3-175b", "workload.tp=1", "workload.pp=1", "workload.dp=16"]

@@ -13,15 +13,19 @@ per-flow finish times moved; HPCC incast job time 330.74 -> 336.05 us (+1.6 %), 
 325.16 -> 331.52 us; small LLM iteration 3242.97 -> 3237.03 us (-0.18 %), 389 -> 394
 pauses. They guard every change
 since: the default run, an HPCC incast and a small LLM iteration, through the same path
-as the ``multiverse-jax`` command. A digest covers the
+as the ``multiverse-jax`` command (the LLM run with plots and progress lines, which its
+output test here also reads: one simulation for both). A digest covers the
 figures that existed then: the columns of ``fct.csv`` named in ``FCT_COLUMNS`` (new columns
 may be added next to them) and the summary keys listed below.
 """
 
+import contextlib
 import csv
 import hashlib
+import io
 import json
 
+import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_module
 
@@ -69,9 +73,50 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
-def test_outputs_unchanged_by_refactors(name, tmp_path):
+def run_cli(run_dir, *overrides) -> int:
     with initialize_config_module("multiverse_jax.conf", version_base=None):
-        cfg = compose("config", overrides=["output=minimal", *RUNS[name]])
-    assert run(cfg, tmp_path) == 0
-    assert digests(tmp_path) == EXPECTED[name]
+        return run(compose("config", overrides=list(overrides)), run_dir)
+
+
+@pytest.fixture(scope="module")
+def llm_small(tmp_path_factory):
+    """The small LLM iteration run once for this module's tests: with plots (the task
+    timeline) and, off a terminal, a progress line after every compiled call; its folder,
+    exit code and progress lines (stderr)."""
+    run_dir = tmp_path_factory.mktemp("llm_small")
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        code = run_cli(run_dir, *RUNS["llm_small"], "output.progress_interval_s=1e-9")
+    return run_dir, code, [line for line in stderr.getvalue().splitlines() if line.startswith("simulating")]
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_outputs_unchanged_by_refactors(name, tmp_path, request):
+    if name == "llm_small":  # the module's run (plots and progress lines change no figure)
+        run_dir, code, _ = request.getfixturevalue("llm_small")
+    else:
+        run_dir, code = tmp_path, run_cli(tmp_path, "output=minimal", *RUNS[name])
+    assert code == 0
+    assert digests(run_dir) == EXPECTED[name]
+
+
+def test_llm_iteration_writes_tasks_timeline_and_split(llm_small):
+    """A tiny transformer with TP=2, PP=2, DP=4 on the 16 hosts of a k=4 fat-tree: the
+    iteration's split, its task table and timeline; off a terminal, a progress line after
+    every compiled call."""
+    run_dir, code, lines = llm_small
+    assert code == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok"
+    split = summary["compute_us"] + summary["exposed_comm_us"] + summary["bubble_us"]
+    assert split == pytest.approx(summary["iteration_time_us"])
+    assert summary["compute_us"] > 0 and summary["exposed_comm_us"] > 0
+    tasks = pq.read_table(run_dir / "tasks.parquet").to_pydict()
+    assert {"tp", "pp", "dp", "compute"} <= set(tasks["category"])
+    assert max(tasks["finish_us"]) == summary["iteration_time_us"]
+    assert max(tasks["finish_ps"]) == summary["iteration_time_ps"] and min(tasks["start_ps"]) >= 0
+    assert (run_dir / "timeline.png").stat().st_size > 0
+    n = len(tasks["category"])
+    assert len(lines) > 2 and all(f"/{n:,} tasks (" in line and " · simulated " in line for line in lines)
+    assert all("windows/s" in line for line in lines[1:])  # rates start at the first report
+    assert "ETA" in lines[1] and lines[-1].startswith(f"simulating ended: {n:,}/{n:,} tasks (100%) · simulated ")
