@@ -144,8 +144,9 @@ def test_batch_equals_each_experiment_alone(batching):
 
 
 def test_new_parameters_same_shapes_do_not_retrace():
-    # The engine's own program (``engine._advance`` under vmap, as ``run_small`` compiles it
-    # for test_batch_equals_each_experiment_alone[vmap]: the persistent cache shares it).
+    # The engine's own program (``engine._advance`` under vmap: the program ``run_small``
+    # compiles for test_batch_equals_each_experiment_alone[vmap], so the persistent
+    # compilation cache can hand it back), traced once for both batches.
     advance = jax.jit(chex.assert_max_traces(engine._advance, n=1), static_argnames=("batching",))
 
     def two_windows(params, state):

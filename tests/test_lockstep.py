@@ -57,7 +57,7 @@ def test_sort_sizes_chosen_per_batch_keep_batch_equal_to_alone(monkeypatch):
     one sorts; under vmap the batch sorts queues (in the largest size any needs, if any
     must sort) and routes arrivals in the largest size any needs, and PFC events in each
     size some experiment needs. FCTs equal each run alone (the same vmap program, the others
-padding that never steps), bit for bit, and those of the whole-pool sort under ``map``."""
+    padding that never steps), bit for bit, and those of the whole-pool sort under ``map``."""
     monkeypatch.setattr(queues, "SMALLEST_SORT", 64)  # queues, arrivals (forward) and PFC events: 64, 256, 1024 places
     monkeypatch.setattr(pfc, "PFC_COMPACT_ABOVE", 0)
     monkeypatch.setattr(pfc, "PFC_EVENTS_PER_LINK", 0)
