@@ -48,8 +48,11 @@ def test_small_buffer_is_an_error_not_a_loss():
 
 
 def test_pool_exhaustion_is_an_error():
-    exp = Experiment(K4, make_flows([0], [15], [2_000_000], [0]))
-    result = run_small([exp], slots_per_host=8)[0]
+    # 10 µs links: a 6-hop path's round trip holds ~370 packets of the flow in flight, more
+    # than SMALL's 128 slots per host (and SMALL's program, shared with the other tests).
+    far = fattree(4, 100.0, 10.0)
+    exp = Experiment(far, make_flows([0], [15], [2_000_000], [0]))
+    result = run_small([exp])[0]
     assert not result.ok
     assert "sim.packets_per_host" in result.summary["error"]
 
