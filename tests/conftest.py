@@ -56,6 +56,19 @@ def small_static():
     return SMALL
 
 
+@pytest.fixture(autouse=True)
+def _no_hydra_run_left_behind():
+    """A test that runs Hydra (a sweep through its launcher) leaves Hydra's process-wide
+    ``HydraConfig`` set, with that run's original working directory, which
+    ``hydra.utils.to_absolute_path`` (``config._path``) then resolves every relative path
+    against: cleared after each test, so that a later test's relative ``workload.path``
+    resolves against its own working directory, whatever ran before it in the worker."""
+    yield
+    from hydra.core.hydra_config import HydraConfig
+
+    HydraConfig.instance().cfg = None
+
+
 def wire_sizes(size_bytes, payload=4096, header=64):
     """Wire size of each packet of a message (the last one carries the remainder)."""
     n = -(-size_bytes // payload)
