@@ -68,13 +68,9 @@ def without_pool_writes():
 
 def window_starts(params, state, n_windows: int):
     """The rounds' inputs of ``n_windows`` consecutive windows: (window end, ``window_start``'s output)."""
-    before = [system for name, system in engine.SYSTEMS[: [n for n, _ in engine.SYSTEMS].index("transmit")]]
-
     @jax.jit
     def start(params, state, end):
-        for system in before:
-            state = system(params, state, end)
-        return transmit.window_start(params, state, end)
+        return transmit.window_start(params, engine.systems_before("transmit", params, state, end), end)
 
     step, starts = jax.jit(engine.step), []
     for _ in range(n_windows):

@@ -47,10 +47,7 @@ def transmit_rounds(params, state):
     """Rounds transmit needs for this window of one experiment (the systems before it
     applied first), and (P,) the packets each port sends in them."""
     end = state.time_ps + params.window_ps
-    for name, system in engine.SYSTEMS:
-        if name == "transmit":
-            break
-        state = system(params, state, end)
+    state = engine.systems_before("transmit", params, state, end)
     serving, order, free, upcoming = window_start(params, state, end)  # as systems/transmit.transmit starts
 
     def body(carry):

@@ -63,6 +63,15 @@ SYSTEMS: tuple[tuple[str, System], ...] = (
     ("clock", clock),  # the next window, or a jump to the next event
 )
 
+def systems_before(name: str, params: Params, state: State, window_end_ps) -> State:
+    """The state the system ``name`` of ``SYSTEMS`` starts a window from: the systems before
+    it applied (profiles and tests that look at one system's input)."""
+    names = [system_name for system_name, _ in SYSTEMS]
+    for _, system in SYSTEMS[: names.index(name)]:
+        state = system(params, state, window_end_ps)
+    return state
+
+
 # The flow-level step (sim.mode=flow, ``Static.flow_level``): one event per step, no packets.
 SYSTEMS_FLOW: tuple[tuple[str, System], ...] = (
     ("complete", complete),  # finish times -> triggers -> flow starts

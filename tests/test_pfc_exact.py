@@ -94,9 +94,7 @@ def test_events_past_the_compact_buffer_take_the_full_sort(monkeypatch):
 
     @jax.jit
     def before_pfc(p, s):  # the window's systems up to PFC's replay
-        for name, system in engine.SYSTEMS[: [n for n, _ in engine.SYSTEMS].index("pfc")]:
-            s = system(p, s, s.time_ps + p.window_ps)
-        return s
+        return engine.systems_before("pfc", p, s, s.time_ps + p.window_ps)
 
     full = jax.jit(lambda p, s: pfc_system.pfc(p, s, s.time_ps + p.window_ps))
     full(params, state)  # traced as the small test pool runs: every event sorted

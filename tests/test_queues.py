@@ -57,11 +57,8 @@ def test_the_kept_order_with_the_new_arrivals_is_the_sorted_order(monkeypatch):
 
     @jax.jit
     def window(params, state):
-        end, ready = state.time_ps + params.window_ps, state
-        for name, system in engine.SYSTEMS:
-            if name == "transmit":
-                break
-            ready = system(params, ready, end)  # the state transmit starts from
+        end = state.time_ps + params.window_ps
+        ready = engine.systems_before("transmit", params, state, end)
         pkts = ready.packets
         view = queues._kept_view(ready.order)
         holds, new = queues._kept_and_new(params, pkts, ready.order, view)
