@@ -102,7 +102,8 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         n_data_classes=1 + biggest(lambda e: int(e.flows.prio.max(initial=0))),
         slots_per_host=1 if flow_level else slots_per_host,
         pfc_history=history,
-        int_hops=max(1, biggest(switch_hops)),
+        # Telemetry only for HPCC: without it, no INT columns (transmit records nothing).
+        int_hops=max(1, biggest(switch_hops)) if any(e.cc == CcKind.hpcc for e in experiments) else 0,
         n_samples=n_samples if sampling else 1,
         n_tasks=max(1, biggest(lambda e: len(e.tasks) if e.tasks is not None else 0)),
         task_deps=max(1, biggest(lambda e: e.tasks.deps.shape[1] if e.tasks is not None else 0)),

@@ -133,10 +133,12 @@ def test_batch_equals_each_experiment_alone(batching):
     exps = _mixed_experiments()
     together = run_small(exps, batching=batching)
     # Alone: at the shapes its topology's experiments need (not SMALL's padding): the
-    # fat-trees' (one program for three) and the leaf-spine's.
+    # fat-trees' (one program for three) and the leaf-spine's. Without HPCC those have no
+    # telemetry columns (int_hops 0, transmit records none), SMALL has one.
     for exp, batched in zip(exps, together):
         peers = [e for e in exps if e.topology.n_nodes == exp.topology.n_nodes]
         own = needed_static(peers, slots_per_host=SMALL.slots_per_host)
+        assert own.int_hops == 0 < SMALL.int_hops
         alone = simulate([exp], slots_per_host=SMALL.slots_per_host, static=own)[0]
         assert batched.ok and alone.ok
         for column in ("start_us", "finish_us", "rx_finish_us", "rx_bytes"):

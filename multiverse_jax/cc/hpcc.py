@@ -43,6 +43,8 @@ def measure_inflight(ev: AckEvent, st: HpccState, cp: CcParams, u_before):
     """(F,) the new U (from ``u_before``) and (F,) whether any hop gave a sample."""
     base_rtt_ps = cp.hpcc_base_rtt_ps
     u_hop, dt_ps = hop_utilisation(ev, st, base_rtt_ps / PS_PER_S)
+    if u_hop.shape[-1] == 0:  # no telemetry compiled in (Static.int_hops = 0: no experiment of the batch runs HPCC)
+        return u_before, jnp.zeros(u_before.shape, bool)
     best = jnp.argmax(u_hop, axis=-1)
     u = jnp.take_along_axis(u_hop, best[:, None], axis=-1)[:, 0]
     tau = jnp.minimum(jnp.take_along_axis(dt_ps, best[:, None], axis=-1)[:, 0], base_rtt_ps)

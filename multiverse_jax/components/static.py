@@ -21,7 +21,8 @@ class Static:
     pinned_len: int  # M: longest pinned path, in links (>= 1)
     slots_per_host: int  # S: packet slots owned by each host (its unacknowledged packets)
     pfc_history: int  # L: PFC decisions remembered per link (covers the longest link delay)
-    int_hops: int = 1  # Hi: in-band telemetry entries per packet (switch hops of the longest path; 1 without HPCC)
+    int_hops: int = 1  # Hi: in-band telemetry entries per packet (switch hops of the longest HPCC path, at least
+    #   1; 0 when no experiment runs HPCC: no telemetry columns, and transmit records none)
     n_data_classes: int = 1  # C: strict-priority data classes per port (flow priorities 0..C-1)
     n_samples: int = 1  # R: time-series ring size (>= windows per compiled call when sampling)
     n_tasks: int = 1  # T: tasks of the workload's DAG (1 dummy without one)

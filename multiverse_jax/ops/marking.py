@@ -43,6 +43,8 @@ def record_telemetry(params: Params, pkts: PacketState, record, slot, pkt_hop, s
     Switch hop i is the packet's (i + 1)-th link (link 0 leaves the sender's NIC).
     """
     n_slots, n_hops = params.static.n_slots, params.static.int_hops
+    if n_hops == 0:  # no experiment of the batch runs HPCC: nothing reads telemetry
+        return pkts
     hop = pkt_hop - 1
     row = jnp.where(record & (hop >= 0) & (hop < n_hops), slot, n_slots)
     col = jnp.clip(hop, 0, n_hops - 1)

@@ -134,13 +134,11 @@ def _next_cursor(params: Params, state: State, sent_flow, sent, start_ps):
     return state.ports.port_rr_flow.at[nic_port].set(cursor, mode="drop")
 
 
-def emit(
-    params: Params, state: State, offer_: NicOffer, sent, start_ps, serialization_ps, arrival_ps, scheduled_ps, rank,
-    prior_ps,
-) -> State:
-    """Create the packets that NICs put on the wire this round. ``sent`` etc. are (H,);
-    ``scheduled_ps``, ``rank``, ``prior_ps``: see ``PacketState.pkt_scheduled_ps``,
-    ``pkt_rank`` and ``pkt_prior_ps``.
+def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, serialization_ps) -> State:
+    """Create the packets that NICs put on the wire this round: ``sent``, ``start_ps``,
+    ``serialization_ps`` (H,). The caller writes what every departure writes (in flight,
+    its arrival, ranks, a cleared ECN mark: ``systems.transmit.leave``); this writes what
+    only a new packet has: its flow, sequence, size, path salt and the rest.
 
     Each sending host writes one free slot of its own share of the pool, so the writes
     never collide; hosts that send nothing write nowhere (index out of range, dropped).
@@ -168,19 +166,14 @@ def emit(
         pkt_seq=put(pkts.pkt_seq, seq),
         pkt_bytes=put(pkts.pkt_bytes, offer_.wire_bytes),
         pkt_port=put(pkts.pkt_port, params.nics.nic_port),
-        pkt_in_flight=put(pkts.pkt_in_flight, True),
-        pkt_time_ps=put(pkts.pkt_time_ps, arrival_ps),
-        pkt_scheduled_ps=put(pkts.pkt_scheduled_ps, scheduled_ps),
-        pkt_rank=put(pkts.pkt_rank, rank),
-        pkt_prior_ps=put(pkts.pkt_prior_ps, prior_ps),
         pkt_ingress=put(pkts.pkt_ingress, -1),
         pkt_hop=put(pkts.pkt_hop, 0),
         pkt_path_salt=put(pkts.pkt_path_salt, path_salt),
-        pkt_ecn=put(pkts.pkt_ecn, False),
         pkt_cnp=put(pkts.pkt_cnp, False),
         pkt_sent_ps=put(pkts.pkt_sent_ps, start_ps),
-        pkt_int_port=pkts.pkt_int_port.at[target].set(-1, mode="drop"),
     )
+    if params.static.int_hops:  # its telemetry starts empty (none compiled in without HPCC)
+        packets = packets.replace(pkt_int_port=pkts.pkt_int_port.at[target].set(-1, mode="drop"))
     # Each flow reads whether its host's NIC sent one of its packets (a gather, no scatter).
     src = fp.flow_src
     flow_sent = sent[src] & (offer_.flow[src] == jnp.arange(n_flows))

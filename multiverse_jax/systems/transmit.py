@@ -281,13 +281,17 @@ def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_by
     this packet included; the queue it leaves behind, or ``int_queue`` with
     hpcc.int_queue=with_packet).
 
+    A NIC's new packet (``dep.creates``) goes on the wire here too, in the free slot it
+    takes: its wire fields and its cleared ECN mark are written with the departures', so
+    a round writes each of these columns once (``nic_emit`` writes the rest of it).
+
     One write per port, to a slot no other port touches (a port only ever starts a packet
-    queued at it), so the scatters have no conflicts. Ports that start nothing, or create
-    a new packet (``nic_emit``), write nowhere.
+    queued at it, or a new one in its host's next free slot), so the scatters have no
+    conflicts. Ports that start nothing write nowhere.
     """
     n_slots = params.static.n_slots
     _, is_nic = _nic_host(params)
-    leaving = jnp.where(dep.sends & ~dep.creates, dep.slot, n_slots)
+    leaving = jnp.where(dep.sends, dep.slot, n_slots)
     at_switch = dep.sends & dep.is_data & ~is_nic
     left_behind = queue_bytes - dep.wire_bytes
     marked = at_switch & marking.ecn_mark(params, left_behind, head_packet.flow, head_packet.seq, head_packet.hop)
@@ -297,7 +301,8 @@ def leave(params: Params, pkts: PacketState, dep: Departures, queue_bytes, tx_by
         pkt_scheduled_ps=pkts.pkt_scheduled_ps.at[leaving].set(dep.scheduled_ps, mode="drop"),
         pkt_rank=pkts.pkt_rank.at[leaving].set(dep.rank, mode="drop"),
         pkt_prior_ps=pkts.pkt_prior_ps.at[leaving].set(dep.prior_ps, mode="drop"),
-        pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked, dep.slot, n_slots)].set(True, mode="drop"),
+        # Marked at this hop, or new (unmarked); a queued packet not marked here keeps its mark.
+        pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked | dep.creates, dep.slot, n_slots)].set(marked, mode="drop"),
     )
     int_qlen = jnp.where(int_queue_wanted(params), int_queue, left_behind)
     return marking.record_telemetry(params, on_wire, at_switch, dep.slot, head_packet.hop, dep.start, tx_bytes, int_qlen)
@@ -311,14 +316,11 @@ def host_creates(params: Params, dep: Departures):
 
 def nic_emit(params: Params, state: State, offer: nic.NicOffer, dep: Departures) -> State:
     """Each host (H,) whose NIC port started a new data packet creates it from its offer
-    for the chosen class."""
+    for the chosen class (``leave`` has put it on the wire)."""
     nic_port = params.nics.nic_port
     creates = host_creates(params, dep)
     host_offer = nic.of_class(offer, dep.data_class[nic_port])
-    return nic.emit(
-        params, state, host_offer, creates, dep.start[nic_port], dep.ser_ps[nic_port], dep.arrival_ps[nic_port], dep.scheduled_ps[nic_port],
-        dep.rank[nic_port], dep.prior_ps[nic_port],
-    )
+    return nic.emit(params, state, host_offer, creates, dep.start[nic_port], dep.ser_ps[nic_port])
 
 
 class Serving(NamedTuple):
