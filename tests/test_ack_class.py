@@ -74,7 +74,7 @@ def test_pfc_holds_data_class_acks():
     assert data.flows["finish_ps"][2] - alone.flows["finish_ps"][0] > 10 * one_packet_ps  # held for pauses
 
 
-@pytest.mark.parametrize("batching", [pytest.param("vmap", marks=pytest.mark.slow), "map"])  # vmap in CI: tests/test_engine.py
+@pytest.mark.parametrize("batching", ["vmap", "map"])
 def test_mixed_ack_classes_batch_equals_alone(batching):
     """One batch mixes both ACK classes (a per-experiment value): each equals its run alone,
     bit for bit, at the same shapes."""

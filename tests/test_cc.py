@@ -145,7 +145,7 @@ def run_mixed(experiments, batching="auto"):
 
 
 
-@pytest.mark.parametrize("batching", [pytest.param("vmap", marks=pytest.mark.slow), "map"])  # vmap in CI: tests/test_engine.py
+@pytest.mark.parametrize("batching", ["vmap", "map"])
 def test_mixed_cc_batch_equals_each_experiment_alone(batching):
     """Six experiments mixing every CC (and LB, ECN, priorities) in one compiled batch give
     what each gives alone, bit for bit, time series included. Alone means one experiment

@@ -132,7 +132,7 @@ def test_single_timed_failures_batched_equal_each_alone():
     assert len(fcts) > 1  # some failure changes some flow's time
 
 
-@pytest.mark.parametrize("batching", [pytest.param("vmap", marks=pytest.mark.slow), "map"])
+@pytest.mark.parametrize("batching", ["vmap", "map"])
 def test_events_batched_equal_alone_in_both_modes(batching):
     """Experiments with different numbers of events (padded epochs never begin) in one batch."""
     flows = make_flows([0, 2, 5], [9, 13, 12], [60_000] * 3, [0, PS, 2 * PS])

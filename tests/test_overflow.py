@@ -68,7 +68,7 @@ def test_error_stops_naming_the_port():
     assert result.summary["overflow_events"] >= 1
 
 
-@pytest.mark.parametrize("batching", [pytest.param("vmap", marks=pytest.mark.slow), "map"])  # vmap in CI: tests/test_engine.py
+@pytest.mark.parametrize("batching", ["vmap", "map"])
 def test_a_batch_mixing_report_and_error_equals_each_alone(batching):
     exps = [fan_in("report"), fan_in("error"), fan_in("report", buffer_bytes=80_000)]
     together = run_small(exps, batching=batching)
