@@ -21,7 +21,7 @@ Workloads (``workload.kind``):
 
 ``workload.routes`` (optional, any kind) pins paths from a CSV (see ``workload/routes.py``).
 Relative paths are resolved against the directory the program was started in (Hydra may
-change the working directory; ``hydra.utils.to_absolute_path`` undoes that).
+change the working directory; ``_original_cwd`` undoes that).
 """
 
 from __future__ import annotations
@@ -170,9 +170,28 @@ def _path(value) -> str | None:
     """The file named at ``key`` (absolute, relative to the original working directory), or None."""
     if value is None or value == "":
         return None
-    from hydra.utils import to_absolute_path
+    path = Path(str(value))
+    return str(path if path.is_absolute() else Path(_original_cwd()) / path)
 
-    return to_absolute_path(str(value))
+
+def _original_cwd() -> str:
+    """The directory relative paths are read from: the one the command was started in.
+
+    A Hydra job runs in its own output directory (``hydra.job.chdir``); then that is
+    Hydra's ``runtime.cwd``. Anywhere else it is the current directory, even where Hydra's
+    configuration is still set from a run that has ended in this process (a sweep run from
+    Python: its ``runtime.cwd`` is that run's, not the caller's)."""
+    import os
+
+    from hydra.core.hydra_config import HydraConfig
+
+    cwd = os.getcwd()
+    if HydraConfig.initialized():
+        runtime = HydraConfig.get().runtime
+        output_dir = OmegaConf.select(runtime, "output_dir", default=None, throw_on_resolution_failure=False)
+        if output_dir and os.path.realpath(output_dir) == os.path.realpath(cwd):
+            return str(runtime.cwd)
+    return cwd
 
 
 def derangement(n: int, seed: int) -> np.ndarray:

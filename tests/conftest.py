@@ -59,10 +59,9 @@ def small_static():
 @pytest.fixture(autouse=True)
 def _no_hydra_run_left_behind():
     """A test that runs Hydra (a sweep through its launcher) leaves Hydra's process-wide
-    ``HydraConfig`` set, with that run's original working directory, which
-    ``hydra.utils.to_absolute_path`` (``config._path``) then resolves every relative path
-    against: cleared after each test, so that a later test's relative ``workload.path``
-    resolves against its own working directory, whatever ran before it in the worker."""
+    ``HydraConfig`` set, with that run's directories: cleared after each test, so that no
+    test sees another's Hydra run, whatever ran before it in the worker. (Relative paths no
+    longer depend on it: ``config._original_cwd``, tested in ``test_cli``.)"""
     yield
     from hydra.core.hydra_config import HydraConfig
 

@@ -74,6 +74,29 @@ def test_failed_run_writes_outputs_and_exits_1(tmp_path, capsys):
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
 
 
+def test_relative_paths_are_read_from_the_starting_directory(tmp_path, monkeypatch):
+    """A relative path (workload.path, topology.path, ...) is read from the directory the
+    command started in: inside a Hydra job running in its own output directory
+    (hydra.job.chdir), Hydra's runtime.cwd; anywhere else the current directory, even with
+    Hydra's configuration still set from a run that ended in this process (a sweep run from
+    Python leaves it, with that run's directories)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from multiverse_jax.config import _path
+
+    started, job, caller = (tmp_path / name for name in ("started", "job", "caller"))
+    for folder in (started, job, caller):
+        folder.mkdir()
+    ended_run = OmegaConf.create({"hydra": {"runtime": {"cwd": str(started), "output_dir": str(job)}}})
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", ended_run)
+    monkeypatch.chdir(job)
+    assert _path("chain.cm") == str(started / "chain.cm")  # inside the job's own directory
+    monkeypatch.chdir(caller)
+    assert _path("chain.cm") == str(caller / "chain.cm")  # the run has ended: the caller's directory
+    assert _path(str(started / "x.cm")) == str(started / "x.cm") and _path("") is None
+
+
 def test_cm_workload_trigger_chain(tmp_path, monkeypatch):
     (tmp_path / "chain.cm").write_text(CHAIN_CM)
     monkeypatch.chdir(tmp_path)  # workload.path is relative to the starting directory
