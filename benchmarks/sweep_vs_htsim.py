@@ -10,8 +10,16 @@ engine (every data packet and ACK leaving a port); htsim carries the same packet
 the same number of links (an ACK per data packet, same MTU), so its rate is our count for
 its points over its wall time. Our wall time excludes compilation (reported apart).
 
+``--devices 1,2`` runs each mode once per device count: the batch's experiments sharded
+over that many local devices (``sim.devices``). On a CPU, XLA makes one device of all its
+cores unless told otherwise, so the script splits the host into as many CPU devices as the
+largest count asks for (``--xla_force_host_platform_device_count``, set before JAX starts;
+an ``XLA_FLAGS`` that already sets it stands): one experiment runs on ~1.7 of 2 cores by
+itself, two devices each running half the points use both.
+
     python benchmarks/sweep_vs_htsim.py                      # k=8, 8 points of 4 MB flows (10 minutes on 2 cores)
     python benchmarks/sweep_vs_htsim.py --k 4 --points 8 --flow-bytes 1000000
+    python benchmarks/sweep_vs_htsim.py --modes map --devices 1,2 --htsim-points 2
 """
 
 from __future__ import annotations
@@ -43,12 +51,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--htsim-points", type=int, default=4, help="points htsim runs, one after another (default 4)")
     p.add_argument("--slots-per-host", type=int, default=512, help="packet slots per host (default 512; doubled on pool-full)")
     p.add_argument("--modes", default="map,vmap", help="our batching modes (default map,vmap)")
+    p.add_argument("--devices", default="1", help="device counts each mode runs on, e.g. 1,2 (default 1; see above)")
     p.add_argument("--out", type=Path, default=RESULTS / "sweep_vs_htsim.json")
     return p.parse_args(argv)
 
 
+def split_host_into_devices(n_devices: int) -> None:
+    """Make XLA's CPU backend ``n_devices`` devices (before JAX starts its backend)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if n_devices > 1 and "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n_devices}".strip()
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    device_counts = [int(n) for n in args.devices.split(",")]
+    split_host_into_devices(max(device_counts))
     network = htsim.HtsimNetwork(k=args.k)
     folder = Path(tempfile.mkdtemp(prefix="sweep_vs_htsim_"))
     cm_paths = [
@@ -58,17 +76,19 @@ def main(argv=None) -> int:
     rows = []
     hops = None
     for mode in args.modes.split(","):
-        results, wall_s, compile_s, slots = run_batch(experiments, args.slots_per_host, 1 << 13, mode)
-        hops = np.array([r.summary["n_packet_hops"] for r in results], dtype=np.int64)
-        bad = [i for i, r in enumerate(results) if r.summary["status"] != "ok"]
-        if bad:
-            print(f"{mode}: points {bad} did not finish: {results[bad[0]].summary['error']}", file=sys.stderr)
-        print(f"{mode}: {args.points} points in {wall_s:.1f} s (+{compile_s:.1f} s compiling), {hops.sum() / wall_s:,.0f} packet-hops/s", flush=True)
-        rows.append(
-            {"simulator": f"multiverse-jax sim.batching={mode}", "points": args.points, "wall_s": wall_s,
-             "compile_s": compile_s, "packet_hops": int(hops.sum()), "rate": hops.sum() / wall_s, "slots_per_host": slots,
-             "cores": os.cpu_count()}
-        )  # fmt: skip
+        for n_devices in device_counts:
+            results, wall_s, compile_s, slots = run_batch(experiments, args.slots_per_host, 1 << 13, mode, n_devices)
+            hops = np.array([r.summary["n_packet_hops"] for r in results], dtype=np.int64)
+            bad = [i for i, r in enumerate(results) if r.summary["status"] != "ok"]
+            label = f"{mode}" + (f", {n_devices} devices" if n_devices > 1 else "")
+            if bad:
+                print(f"{label}: points {bad} did not finish: {results[bad[0]].summary['error']}", file=sys.stderr)
+            print(f"{label}: {args.points} points in {wall_s:.1f} s (+{compile_s:.1f} s compiling), {hops.sum() / wall_s:,.0f} packet-hops/s", flush=True)
+            rows.append(
+                {"simulator": f"multiverse-jax sim.batching={mode}" + (f" sim.devices={n_devices}" if n_devices > 1 else ""),
+                 "points": args.points, "wall_s": wall_s, "compile_s": compile_s, "packet_hops": int(hops.sum()),
+                 "rate": hops.sum() / wall_s, "slots_per_host": slots, "cores": os.cpu_count(), "devices": n_devices}
+            )  # fmt: skip
     try:
         build = htsim.build_htsim()
         n = min(args.htsim_points, args.points)
@@ -82,12 +102,12 @@ def main(argv=None) -> int:
         print(f"htsim not run: {why}", file=sys.stderr)
     htsim_rate = next((r["rate"] for r in rows if r["simulator"].startswith("htsim")), None)
     print(f"k={args.k} ({network.n_hosts} hosts), {args.points} permutations of {args.flow_bytes:,} B flows")
-    print(f"{'simulator':36s} {'points':>6s} {'wall s':>8s} {'compile s':>9s} {'packet-hops':>13s} {'M hops/s':>9s} {'vs htsim':>8s}")
+    print(f"{'simulator':50s} {'points':>6s} {'wall s':>8s} {'compile s':>9s} {'packet-hops':>13s} {'M hops/s':>9s} {'vs htsim':>8s}")
     for r in rows:
         ratio = f"{r['rate'] / htsim_rate:.2f}x" if htsim_rate else "-"
         r["vs_htsim"] = r["rate"] / htsim_rate if htsim_rate else None
         print(
-            f"{r['simulator']:36s} {r['points']:6d} {r['wall_s']:8.2f} {r['compile_s']:9.2f} {r['packet_hops']:13,d} "
+            f"{r['simulator']:50s} {r['points']:6d} {r['wall_s']:8.2f} {r['compile_s']:9.2f} {r['packet_hops']:13,d} "
             f"{r['rate'] / 1e6:9.3f} {ratio:>8s}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -84,13 +84,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run_batch(experiments, slots: int, max_slots: int = 1 << 14, batching: str = "auto"):
-    """``simulate`` of the experiments as one batch, doubling the packet slots while a
-    host's pool runs out. Returns (results, wall s less compile, compile s, slots)."""
+def run_batch(experiments, slots: int, max_slots: int = 1 << 14, batching: str = "auto", devices: int = 1):
+    """``simulate`` of the experiments as one batch (sharded over ``devices`` local
+    devices), doubling the packet slots while a host's pool runs out. Returns (results,
+    wall s less compile, compile s, slots)."""
     while True:
         COMPILE_CLOCK.take()
         began = time.perf_counter()
-        results = simulate(experiments, slots_per_host=slots, batching=batching)
+        results = simulate(experiments, slots_per_host=slots, batching=batching, devices=devices)
         wall = time.perf_counter() - began
         compile_s = COMPILE_CLOCK.take() or 0.0
         if not any(POOL_FULL in r.summary["error"] for r in results) or slots * 2 > max_slots:

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import multiverse_jax.conf.schema  # noqa: F401  (registers the config schema with Hydra)
+from multiverse_jax import engine
 from multiverse_jax.config import experiment_from_config, load_config, resolve_config, run_options
 from multiverse_jax.errors import InputError
 from multiverse_jax.progress import Progress, SimulationProgress
@@ -44,6 +45,7 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
         experiment = experiment_from_config(typed)
         options = run_options(typed)
         plots = typed.output.plots
+        engine.split_cpu_into_devices(options.get("devices"))  # before anything starts JAX's backend
     except OutOfMemory as exc:
         # A valid design point that does not fit in GPU memory: a result, not bad input.
         write_oom_summary(output_dir, str(exc), exc.usage)

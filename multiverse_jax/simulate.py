@@ -260,6 +260,7 @@ def simulate(
     """
     experiments = list(experiments)
     n_real = len(experiments)
+    engine.split_cpu_into_devices(devices)  # if nothing has started JAX's backend yet
     mesh_devices = engine.resolve_devices(devices)  # fails early on a bad count
     n_devices = 1 if mesh_devices is None else len(mesh_devices)
     target = max(n_real, batch_size or 0)

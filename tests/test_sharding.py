@@ -138,3 +138,30 @@ def test_more_devices_than_exist_is_a_clear_error():
     with pytest.raises(ValueError, match="positive integer or 'all'"):
         engine.resolve_devices("many")
     assert engine.resolve_devices(None) is None and engine.resolve_devices(1) is None
+
+
+SPLIT_SCRIPT = r"""
+import json, os, sys
+from multiverse_jax import engine
+asked = sys.argv[1]
+engine.split_cpu_into_devices(asked if asked == "all" else int(asked))
+import jax
+n = len(jax.local_devices())
+engine.split_cpu_into_devices(n + 5)  # the backend has started: a process keeps its devices
+json.dump({"devices": n, "after": len(jax.local_devices()), "cores": os.cpu_count()}, sys.stdout)
+"""
+
+
+@pytest.mark.parametrize(
+    "asked, xla_flags, expected",
+    [("all", "", "cores"), ("3", "", 3), ("3", "--xla_force_host_platform_device_count=2", 2)],
+)
+def test_a_cpu_is_split_into_the_devices_sim_devices_asks_for(asked, xla_flags, expected):
+    """``sim.devices=all`` (or a count) on a CPU: before JAX starts, its CPU backend becomes
+    one device per core (or that many), so a sharded batch uses every core; a count the
+    user set in ``XLA_FLAGS`` stands, and a started backend keeps its devices."""
+    env = dict(os.environ, XLA_FLAGS=xla_flags, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", SPLIT_SCRIPT, asked], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout)
+    assert out["devices"] == (out["cores"] if expected == "cores" else expected) == out["after"]

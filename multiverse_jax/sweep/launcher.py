@@ -203,6 +203,18 @@ def _same_as(repeat: Point, point: Point, sweep_dir: Path) -> None:
     repeat.extra = {"same_point_as": str(job_dir.relative_to(sweep_dir) if job_dir.is_relative_to(sweep_dir) else job_dir)}
 
 
+def _split_cpu_for(pending) -> None:
+    """Before the first simulation starts JAX's backend: a CPU split into as many devices
+    as the pending points' ``sim.devices`` ask for (``engine.split_cpu_into_devices``)."""
+    from multiverse_jax import engine
+
+    wanted = [p.options.get("devices") for p in pending if p.options.get("devices") not in (None, 1)]
+    if "all" in wanted:
+        engine.split_cpu_into_devices("all")
+    elif wanted:
+        engine.split_cpu_into_devices(max(wanted))
+
+
 def launch(launcher, job_overrides, initial_job_idx: int):
     """``Launcher.launch``: every point of ``job_overrides`` (numbered from ``initial_job_idx``)."""
     from hydra.core.utils import configure_log, setup_globals
@@ -221,6 +233,7 @@ def launch(launcher, job_overrides, initial_job_idx: int):
     for point in points:
         _prepare(point, composer, table, resume=bool(options.get("resume", True)), sweep_dir=sweep_dir)
     pending, repeats = _distinct(p for p in points if p.status == "pending")
+    _split_cpu_for(pending)
     resumed = sum(p.resumed for p in points)
     console.print(
         f"sweep of {len(points)} points in {sweep_dir}: {len(pending)} to simulate"
