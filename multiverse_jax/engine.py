@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 from typing import Callable
 
 import jax
@@ -200,10 +201,10 @@ def split_cpu_into_devices(devices: int | str | None) -> None:
     sharded over one device per core runs faster (``benchmarks/sweep_vs_htsim.py --devices
     1,2``: 1.55x on 2 cores). Only possible before JAX starts its backends, so the entry
     points call it first (the CLI, the sweep launcher, ``simulate``). Does nothing for one
-    device, once a backend has started (a process keeps the devices it started with), or
-    where the count is already set (``jax_num_cpu_devices``, or
-    ``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``). Accelerators are not
-    split: this sets the CPU backend only.
+    device, or where the count is already set (``jax_num_cpu_devices``, or
+    ``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``); once a backend has
+    started (a process keeps the devices it started with), it warns where a CPU has fewer
+    devices than asked for. Accelerators are not split: this sets the CPU backend only.
     """
     import os
 
@@ -212,11 +213,17 @@ def split_cpu_into_devices(devices: int | str | None) -> None:
     wanted = (os.cpu_count() or 1) if devices == "all" else devices
     if not isinstance(wanted, (int, np.integer)) or isinstance(wanted, bool) or wanted <= 1:
         return
-    if xla_bridge.backends_are_initialized() or xla_bridge.num_cpu_devices.value != -1:
-        return
-    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-        return
-    jax.config.update("jax_num_cpu_devices", int(wanted))
+    if xla_bridge.num_cpu_devices.value != -1 or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return  # the user's own count
+    if not xla_bridge.backends_are_initialized():
+        jax.config.update("jax_num_cpu_devices", int(wanted))
+    elif jax.default_backend() == "cpu" and len(jax.local_devices()) < wanted:
+        warnings.warn(
+            f"sim.devices={devices}: JAX started with {len(jax.local_devices())} CPU device(s) before the CPU could "
+            f"be split into {wanted}; start the process with XLA_FLAGS=--xla_force_host_platform_device_count={wanted} "
+            "(or call engine.split_cpu_into_devices before anything else uses JAX)",
+            stacklevel=2,
+        )
 
 
 def resolve_devices(devices: int | str | None) -> tuple | None:

@@ -131,6 +131,7 @@ def test_sharding_errors(two_devices):
     assert "3 experiments" in two_devices["uneven"] and "2 devices" in two_devices["uneven"]
 
 
+@pytest.mark.filterwarnings("ignore:sim.devices")  # this process cannot split its CPU any more (warned)
 def test_more_devices_than_exist_is_a_clear_error():
     n = len(jax.local_devices())
     with pytest.raises(ValueError, match=f"{n} local"):
@@ -165,3 +166,12 @@ def test_a_cpu_is_split_into_the_devices_sim_devices_asks_for(asked, xla_flags, 
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout)
     assert out["devices"] == (out["cores"] if expected == "cores" else expected) == out["after"]
+
+
+def test_asking_for_more_cpu_devices_once_jax_has_started_warns():
+    """This process started JAX with one CPU device: the split can no longer happen, and the
+    warning says what to set instead."""
+    if jax.default_backend() != "cpu" or len(jax.local_devices()) > 1:
+        pytest.skip("needs a process that started JAX on one CPU device")
+    with pytest.warns(UserWarning, match="xla_force_host_platform_device_count=3"):
+        engine.split_cpu_into_devices(3)
