@@ -293,7 +293,11 @@ def sharded_advance(devices: tuple, n_steps: int, batching: str):
     mapped = jax.shard_map(
         per_shard, mesh=experiment_mesh(devices), in_specs=(spec, spec), out_specs=spec, check_vma=False
     )
-    return jax.jit(mapped)
+    # The outputs' sharding stated, so that the next call's inputs have the first call's:
+    # JAX would give a zero-size output (e.g. the telemetry columns of a batch without HPCC)
+    # a replicated sharding, and the next call would compile the program again.
+    experiments = NamedSharding(experiment_mesh(devices), spec)
+    return jax.jit(mapped, in_shardings=experiments, out_shardings=experiments)
 
 
 def run(
