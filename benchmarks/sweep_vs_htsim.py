@@ -13,9 +13,9 @@ its points over its wall time. Our wall time excludes compilation (reported apar
 ``--devices 1,2`` runs each mode once per device count: the batch's experiments sharded
 over that many local devices (``sim.devices``). On a CPU, XLA makes one device of all its
 cores unless told otherwise, so the script splits the host into as many CPU devices as the
-largest count asks for (``--xla_force_host_platform_device_count``, set before JAX starts;
-an ``XLA_FLAGS`` that already sets it stands): one experiment runs on ~1.7 of 2 cores by
-itself, two devices each running half the points use both.
+largest count asks for (``engine.split_cpu_into_devices``, before JAX starts; a count in
+``XLA_FLAGS`` stands): one experiment runs on ~1.7 of 2 cores by itself, two devices each
+running half the points use both.
 
     python benchmarks/sweep_vs_htsim.py                      # k=8, 8 points of 4 MB flows (10 minutes on 2 cores)
     python benchmarks/sweep_vs_htsim.py --k 4 --points 8 --flow-bytes 1000000
@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
+from multiverse_jax import engine
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.peers import htsim
 from multiverse_jax.peers.scenarios import permutation
@@ -56,17 +57,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def split_host_into_devices(n_devices: int) -> None:
-    """Make XLA's CPU backend ``n_devices`` devices (before JAX starts its backend)."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    if n_devices > 1 and "xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n_devices}".strip()
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     device_counts = [int(n) for n in args.devices.split(",")]
-    split_host_into_devices(max(device_counts))
+    engine.split_cpu_into_devices(max(device_counts))  # before anything starts JAX
     network = htsim.HtsimNetwork(k=args.k)
     folder = Path(tempfile.mkdtemp(prefix="sweep_vs_htsim_"))
     cm_paths = [
