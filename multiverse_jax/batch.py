@@ -25,6 +25,7 @@ from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
 from multiverse_jax.ops.link_events import with_epoch_flow_paths
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE
+from multiverse_jax.ops.pool import default_prefix_columns
 from multiverse_jax.restorer.features import N_HISTORY
 
 
@@ -90,7 +91,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
     history = PFC_ENTRIES_PER_WINDOW * windows
     flow_level = _flow_level(experiments)  # no packets and no samples: a pool and a ring of one
     sampling = any(e.sim.sample_interval_us > 0 for e in experiments) and not flow_level
-    return Static(
+    static = Static(
         n_nodes=biggest(lambda e: e.topology.n_nodes),
         n_hosts=biggest(lambda e: e.topology.n_hosts),
         n_ports=biggest(lambda e: e.topology.n_links),
@@ -118,6 +119,9 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         switch_serial=any(e.switch.pipeline == SwitchPipeline.serial for e in experiments),
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
     )
+    if flow_level:
+        return static
+    return dataclasses.replace(static, prefix_columns=default_prefix_columns(static.n_hosts, static.slots_per_host))
 
 
 def _learned_restore(e: Experiment) -> bool:

@@ -29,6 +29,7 @@ from jax.sharding import PartitionSpec as P
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.ops.link_events import params_at
+from multiverse_jax.ops.pool import step_on_live_prefix
 from multiverse_jax.systems.ack import ack
 from multiverse_jax.systems.admit import admit
 from multiverse_jax.systems.cc import congestion_control
@@ -95,10 +96,21 @@ def step(params: Params, state: State) -> State:
 
     With timed link events the step runs on the fabric of the epoch the window starts in,
     and the window ends at the next event (``ops/link_events.py``).
+
+    A large pool runs the window on its live prefix (``ops/pool.py``): the work follows
+    the packets in flight, not the pool's size; the results are the same.
     """
+    if params.static.flow_level:
+        return _window(SYSTEMS_FLOW, params, state)
+    return step_on_live_prefix(functools.partial(_window, SYSTEMS), params, state)
+
+
+def _window(systems, params: Params, state: State) -> State:
+    """``systems`` in order over one window (``step``); on a pool prefix when ``step``
+    runs it there (``Static.prefix_columns``, ``ops/pool.py``)."""
     params = params_at(params, state.time_ps)
     window_end_ps = state.time_ps + params.window_ps
-    for name, system in SYSTEMS_FLOW if params.static.flow_level else SYSTEMS:
+    for name, system in systems:
         with jax.named_scope(name):
             state = system(params, state, window_end_ps)
     return state

@@ -1,6 +1,10 @@
 """Packets: a fixed pool of slots per experiment, owned by hosts.
 
-Host h owns slots h*S .. h*S+S-1. A data packet takes a slot of its sender when the NIC
+Host h owns slots h, h + H, h + 2H, ... (H hosts, S slots each: slot c H + h is host h's
+column c), and a host takes its lowest free column first. So while no host holds more
+than c packets, every packet is in the pool's first c H slots, whatever its size: the
+step runs on that prefix (``ops/pool.py``), and its cost follows the packets, not the
+pool. A data packet takes a slot of its sender when the NIC
 puts it on the wire; at the receiver the same slot becomes its ACK, which frees the slot
 when it reaches the sender. So a host can have at most S unacknowledged packets in the
 network; more is an error (``ERROR_POOL_FULL``), never a silent stall.

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, Params, State
 from multiverse_jax.ops import cc, polls
+from multiverse_jax.ops.packets import by_host
 from multiverse_jax.ops.segments import fifo_head, prefix_sum
 from multiverse_jax.units import NEVER
 
@@ -71,9 +72,9 @@ class FreeSlots(NamedTuple):
 def free_slots(params: Params, pkts) -> FreeSlots:
     """Each host's free slots, listed once per window (one pass over the pool)."""
     n_hosts, slots_per_host = params.static.n_hosts, params.static.slots_per_host
-    free = ~pkts.pkt_valid.reshape(n_hosts, slots_per_host)
+    free = by_host(params.static, ~pkts.pkt_valid)  # (H, S)
     rank = prefix_sum(free, axis=1, dtype=jnp.int32) - 1
-    slot = jnp.arange(params.static.n_slots, dtype=jnp.int32).reshape(n_hosts, slots_per_host)
+    slot = by_host(params.static, jnp.arange(params.static.n_slots, dtype=jnp.int32))
     column = jnp.where(free, rank, slots_per_host)
     listed = jnp.zeros((n_hosts, slots_per_host), jnp.int32).at[jnp.arange(n_hosts)[:, None], column].set(slot, mode="drop")
     return FreeSlots(listed, jnp.sum(free, axis=1, dtype=jnp.int32))

@@ -17,6 +17,24 @@ from multiverse_jax.ops.segments import count_by
 PS_BITS_PER_BYTE = 8 * 10**12  # bits per byte times picoseconds per second
 
 
+def by_host(static, column):
+    """A pool array (S_total, ...) as (H, S, ...): host h's slots in column order (slot
+    c H + h is host h's column c; ``components/packets.py``)."""
+    return jnp.swapaxes(column.reshape((static.slots_per_host, static.n_hosts) + column.shape[1:]), 0, 1)
+
+
+def in_host_order(static, column):
+    """A pool array (S_total,) in (host, column) order: host 0's slots first. FIFO ties
+    that nothing else breaks go to the packet earlier in this order, as they did when host
+    h owned slots h*S .. h*S+S-1 (and do in a pool of any size: ``ops/pool.py``)."""
+    return by_host(static, column).reshape(-1)
+
+
+def slot_host(static):
+    """(S_total,) int32 the host that owns each slot."""
+    return jnp.arange(static.n_slots, dtype=jnp.int32) % static.n_hosts
+
+
 def serialization_ps(wire_bytes, rate_bps):
     """Time to put ``wire_bytes`` on a wire of ``rate_bps``, in ps, rounded up.
 

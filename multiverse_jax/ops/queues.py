@@ -12,8 +12,8 @@ arrival).
 
 Queue ``(1 + C) p + k`` is port p's class k: class 0 control (ACKs, unless
 ``packet.ack_class=data``), 1 + k data priority k. FIFO order is arrival time, then the
-tie-breaks of ``PacketState.pkt_scheduled_ps`` and ``pkt_rank``, then the lowest slot,
-as ``ops.segments.fifo_head`` picks it.
+tie-breaks of ``PacketState.pkt_scheduled_ps`` and ``pkt_rank``, then the slot first in
+host order (``ops.packets.in_host_order``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from multiverse_jax.components.experiment import Params
 from multiverse_jax.components.order import OrderState
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops.lockstep import switch_largest
-from multiverse_jax.ops.packets import queued
+from multiverse_jax.ops.packets import in_host_order, queued
 from multiverse_jax.ops.segments import compact, prefix_sum
 from multiverse_jax.units import NEVER
 
@@ -111,7 +111,7 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
     n_slots = params.static.n_slots
     sizes = sort_sizes(n_slots)
     if not sizes:
-        return _order_of(params, pkts, window_end_ps, jnp.arange(n_slots, dtype=jnp.int32))
+        return _order_of(params, pkts, window_end_ps, in_host_order(params.static, jnp.arange(n_slots, dtype=jnp.int32)))
     view = _kept_view(kept)
     kept_holds, new = _kept_and_new(params, pkts, kept, view)
 
@@ -137,10 +137,10 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
 
     def sorted_in(n_places: int):
         def order(params, pkts, window_end_ps, *_):  # closes over no array: a custom_vmap function may not
-            every_slot = jnp.arange(n_slots, dtype=jnp.int32)
+            every_slot = in_host_order(params.static, jnp.arange(n_slots, dtype=jnp.int32))
             if n_places >= n_slots:  # the whole pool
                 return _order_of(params, pkts, window_end_ps, every_slot)
-            (members,), _ = compact(queued(pkts), n_places, (every_slot, n_slots))
+            (members,), _ = compact(in_host_order(params.static, queued(pkts)), n_places, (every_slot, n_slots))
             return _padded(_order_of(params, pkts, window_end_ps, members), n_slots)
 
         return order
@@ -205,7 +205,8 @@ def _merged(
     the queues before its own, less the packets its queue sent before it; a new one
     behind the kept packets of its queue and those before."""
     n_slots = params.static.n_slots
-    (members,), _ = compact(new, n_places, (jnp.arange(n_slots, dtype=jnp.int32), n_slots))
+    every_slot = in_host_order(params.static, jnp.arange(n_slots, dtype=jnp.int32))
+    (members,), _ = compact(in_host_order(params.static, new), n_places, (every_slot, n_slots))
     arrivals = _order_of(params, pkts, window_end_ps, members)  # over n_places positions
     n_queues = kept.order_queue_end.shape[0]
     kept_end = jnp.cumsum(view.count, dtype=jnp.int32)  # (Q,) one past each queue's kept packets, merged
@@ -271,8 +272,8 @@ def fifo_order(params: Params, time_ps, scheduled_ps, prior_ps, rank, window_end
 
 
 def _order_of(params: Params, pkts: PacketState, window_end_ps, members) -> ServiceOrder:
-    """The service order of the pool slots ``members`` (n,) int32 (in increasing slot
-    order; ``n_slots``: none), over n positions.
+    """The service order of the pool slots ``members`` (n,) int32 (in host order,
+    ``packets.in_host_order``; ``n_slots``: none), over n positions.
 
     The FIFO order (``fifo_order``), then one more stable sort by queue.
     """

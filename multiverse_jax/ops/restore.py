@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import LB_SPRAY, Params, State
-from multiverse_jax.ops.packets import port_queue_bytes
+from multiverse_jax.ops.packets import by_host, port_queue_bytes, slot_host
 from multiverse_jax.ops.pfc import counted_until_ps
 from multiverse_jax.ops.segments import count_by
 from multiverse_jax.ops.steady import newest_first
@@ -146,15 +146,15 @@ def _assign_slots(params: Params, pkts, host, count, first_rank):
     """(S,) bool the free slots that get a new packet and (S,) int32 the entry each serves:
     the r-th free slot of a host goes to that host's entry whose ranks
     [first_rank, first_rank + count) (``host``, ``count``, ``first_rank`` (E,)) cover r."""
-    n_slots, slots_per_host = params.static.n_slots, params.static.slots_per_host
+    n_slots, static = params.static.n_slots, params.static
     free = ~pkts.pkt_valid
-    rank = (jnp.cumsum(free.reshape(-1, slots_per_host), axis=1) - 1).reshape(-1)
-    slot_host = jnp.arange(n_slots) // slots_per_host
+    rank = (jnp.cumsum(free.reshape(static.slots_per_host, static.n_hosts), axis=0) - 1).reshape(-1)  # within its host
+    host_of_slot = slot_host(static)
     key = jnp.where(count > 0, host.astype(jnp.int64) * n_slots + first_rank, jnp.iinfo(jnp.int64).max)
     order = jnp.argsort(key)
-    slot_key = slot_host.astype(jnp.int64) * n_slots + rank
+    slot_key = host_of_slot.astype(jnp.int64) * n_slots + rank
     e = order[jnp.clip(jnp.searchsorted(key[order], slot_key, side="right") - 1, 0, order.shape[0] - 1)]
-    new = free & (host[e] == slot_host) & (rank >= first_rank[e]) & (rank < first_rank[e] + count[e])
+    new = free & (host[e] == host_of_slot) & (rank >= first_rank[e]) & (rank < first_rank[e] + count[e])
     return new, e
 
 
@@ -162,17 +162,17 @@ def _take_free_slots(params: Params, pkts, host, count):
     """Cap ``count`` (E,) per entry so that each host's entries (``host`` (E,)) together
     take at most its free slots, in entry order; returns the capped counts and (E,) each
     entry's first free-slot rank within its host (entries take consecutive ranks)."""
-    n_hosts, slots_per_host = params.static.n_hosts, params.static.slots_per_host
-    free = jnp.sum(~pkts.pkt_valid.reshape(n_hosts, slots_per_host), axis=1)
+    n_hosts = params.static.n_hosts
+    free = jnp.sum(by_host(params.static, ~pkts.pkt_valid), axis=1)
     order = jnp.argsort(host, stable=True)  # each host's entries together, in entry order
-    by_host = host[order]
+    sorted_host = host[order]
 
     def before_in_host(values):  # (E,) sum of the values of the host's earlier entries
         exclusive = jnp.cumsum(values) - values
-        return exclusive - jax.ops.segment_min(exclusive, by_host, n_hosts)[by_host]
+        return exclusive - jax.ops.segment_min(exclusive, sorted_host, n_hosts)[sorted_host]
 
     wanted = count[order]
-    capped = jnp.clip(free[by_host] - before_in_host(wanted), 0, wanted)
+    capped = jnp.clip(free[sorted_host] - before_in_host(wanted), 0, wanted)
     unsort = jnp.argsort(order)
     return capped[unsort], before_in_host(capped)[unsort]
 
