@@ -5,14 +5,16 @@ Issue 14 asks that doubling ``sim.packets_per_host`` with the same traffic cost 
 processes is up to 20 %):
 
 1. ``engine``: the whole engine over ``--windows`` windows from a warm state, the two
-   pool sizes timed alternately.
+   pool sizes timed alternately; and the same with no live prefix (``ops/pool.py``:
+   ``Static.prefix_columns`` 0, every window on the whole pool).
 2. ``rounds``: the transmit rounds alone, from the window's start, their carry donated
    (so the call does not copy the pool out, which would grow with it), with and
    without the rounds' pool writes (``nic.emit``'s and ``transmit.leave``'s; the rounds
    never read the pool, so dropping them leaves every decision as it was).
 3. ``passes``: each system applied ``PASSES`` times in one compiled loop to a busy state
    (its own output fed back; ``identity`` is the call's own cost, subtracted): the cost of
-   its pool-sized passes per window. ``transmit`` here runs few rounds (its ports have
+   its pool-sized passes per window, on the whole pool (what a window on the live
+   prefix avoids). ``transmit`` here runs few rounds (its ports have
    already sent), so it is mostly the window's start.
 
     python benchmarks/pool_scaling.py --slots-per-host 512 1024
@@ -21,6 +23,7 @@ processes is up to 20 %):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -130,6 +133,10 @@ def measure(slots: int, args):
     params, state = first(batch.params), first(warm)
     starts = window_starts(params, state, args.round_windows)
     calls = {"engine": (lambda: lambda: program(batch.params, warm, args.windows), args.windows)}
+    # The same engine with no live prefix: every window on the whole pool (ops/pool.py).
+    whole = batch.params.replace(static=dataclasses.replace(batch.params.static, prefix_columns=0))
+    whole_program = engine.lower_advance(whole, warm, args.windows).compile()
+    calls["engine, whole pool every window"] = (lambda: lambda: whole_program(whole, warm, args.windows), args.windows)
     for label, rounds in rounds_programs(params, starts).items():
         calls[label] = (lambda rounds=rounds: prepared_rounds(rounds, params, starts), args.round_windows)
     return calls, passes_programs(params, state)

@@ -182,7 +182,11 @@ def build_batch(
                 f"the given shapes are for the {'flow' if static.flow_level else 'packet'}-level step, "
                 f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
             )
-        small = [f.name for f in dataclasses.fields(Static) if getattr(static, f.name) < getattr(needed, f.name)]
+        choices = {"prefix_columns"}  # not a shape an experiment needs (ops/pool.py)
+        small = [
+            f.name for f in dataclasses.fields(Static)
+            if f.name not in choices and getattr(static, f.name) < getattr(needed, f.name)
+        ]  # fmt: skip
         if small:
             raise InputError(f"the given shapes are too small for this batch: {', '.join(small)}")
     params = [experiment_params(exp, static) for exp in experiments]

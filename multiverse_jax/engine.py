@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.ops.link_events import params_at
-from multiverse_jax.ops.pool import step_on_live_prefix
+from multiverse_jax.ops import pool
 from multiverse_jax.systems.ack import ack
 from multiverse_jax.systems.admit import admit
 from multiverse_jax.systems.cc import congestion_control
@@ -97,20 +97,12 @@ def step(params: Params, state: State) -> State:
     With timed link events the step runs on the fabric of the epoch the window starts in,
     and the window ends at the next event (``ops/link_events.py``).
 
-    A large pool runs the window on its live prefix (``ops/pool.py``): the work follows
-    the packets in flight, not the pool's size; the results are the same.
+    A large pool runs its windows on its live prefix (``ops/pool.py``, chosen in
+    ``_steps_until_stopped``): the same step on a smaller pool.
     """
-    if params.static.flow_level:
-        return _window(SYSTEMS_FLOW, params, state)
-    return step_on_live_prefix(functools.partial(_window, SYSTEMS), params, state)
-
-
-def _window(systems, params: Params, state: State) -> State:
-    """``systems`` in order over one window (``step``); on a pool prefix when ``step``
-    runs it there (``Static.prefix_columns``, ``ops/pool.py``)."""
     params = params_at(params, state.time_ps)
     window_end_ps = state.time_ps + params.window_ps
-    for name, system in systems:
+    for name, system in SYSTEMS_FLOW if params.static.flow_level else SYSTEMS:
         with jax.named_scope(name):
             state = system(params, state, window_end_ps)
     return state
@@ -141,19 +133,59 @@ def _step_if_running(params: Params, state: State) -> State:
     return jax.lax.cond(stopped, lambda: state, lambda: step(params, state))
 
 
-def _steps_until_stopped(step_fn, state: State, n_steps: int) -> State:
-    """Apply ``step_fn`` up to ``n_steps`` times, stopping early once every experiment in
-    ``state`` (one, or a batch) has finished or failed."""
+def _going(steps_done, state: State, n_steps):
+    """() bool fewer than ``n_steps`` windows are done and some experiment of ``state``
+    (one, or a batch) has not finished or failed."""
+    return (steps_done < n_steps) & ~jnp.all(state.done | (state.error != 0))
+
+
+def _windows(step_fn, params: Params, state: State, steps_done, n_steps, more=None):
+    """``step_fn(params, state)`` while fewer than ``n_steps`` windows are done, some
+    experiment of ``state`` (one, or a batch) has not finished or failed, and ``more(params,
+    state)`` holds (if given); returns the windows done (from ``steps_done``) and the state."""
 
     def running(carry):
-        steps_done, s = carry
-        return (steps_done < n_steps) & ~jnp.all(s.done | (s.error != 0))
+        steps, s = carry
+        go = _going(steps, s, n_steps)
+        return go if more is None else go & more(params, s)
 
     def body(carry):
-        steps_done, s = carry
-        return steps_done + 1, step_fn(s)
+        steps, s = carry
+        return steps + 1, step_fn(params, s)
 
-    return jax.lax.while_loop(running, body, (jnp.int32(0), state))[1]
+    return jax.lax.while_loop(running, body, (steps_done, state))
+
+
+def _steps_until_stopped(step_fn, params: Params, state: State, n_steps, batched: bool) -> State:
+    """Apply ``step_fn(params, state)`` up to ``n_steps`` times, stopping early once every
+    experiment in ``state`` (one, or a batch: ``batched``) has finished or failed.
+
+    With a live prefix (``Static.prefix_columns``, ``ops/pool.py``), the windows run on
+    the pool's first columns while every running experiment's next window fits in them,
+    and on the whole pool while one does not: each stretch of windows in one loop, the
+    prefix copied out of the pool before it and back after it (not every window).
+    """
+    columns = params.static.prefix_columns
+    if not columns:
+        return _windows(step_fn, params, state, jnp.int32(0), n_steps)[1]
+    each = jax.vmap if batched else (lambda f: f)
+
+    def fits(p, s):
+        """() bool every experiment still running fits its next window in the prefix."""
+        return jnp.all(each(lambda p_, s_: pool.prefix_fits(p_, s_, columns))(p, s) | s.done | (s.error != 0))
+
+    def on_prefix(steps, s):
+        small_params, small = each(lambda p_, s_: pool.shrink(p_, s_, columns))(params, s)
+        steps, small = _windows(step_fn, small_params, small, steps, n_steps, fits)
+        return steps, each(lambda s_, small_: pool.grow(params.static, s_, small_))(s, small)
+
+    def on_whole_pool(steps, s):
+        return _windows(step_fn, params, s, steps, n_steps, lambda p, s_: ~fits(p, s_))
+
+    def stretch(carry):
+        return jax.lax.cond(fits(params, carry[1]), on_prefix, on_whole_pool, *carry)
+
+    return jax.lax.while_loop(lambda carry: _going(*carry, n_steps), stretch, (jnp.int32(0), state))[1]
 
 
 def _advance(params: Params, state: State, n_steps, batching: str = "auto") -> State:
@@ -173,10 +205,10 @@ def _advance(params: Params, state: State, n_steps, batching: str = "auto") -> S
 
         def one_experiment(params_and_state):
             p, s = params_and_state
-            return _steps_until_stopped(lambda s_: step(p, s_), s, n_steps)
+            return _steps_until_stopped(step, p, s, n_steps, batched=False)
 
         return jax.lax.map(one_experiment, (params, state))
-    return _steps_until_stopped(lambda s: jax.vmap(_step_if_running)(params, s), state, n_steps)
+    return _steps_until_stopped(jax.vmap(_step_if_running), params, state, n_steps, batched=True)
 
 
 _advance_compiled = jax.jit(_advance, static_argnames=("batching",))

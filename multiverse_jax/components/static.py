@@ -42,8 +42,8 @@ class Static:
     steady_window: int = 1  # L: rate samples kept per flow (hybrid.window; 1 when no experiment is hybrid)
     n_link_epochs: int = 1  # K: fabrics between timed link events (1 + most event times of an experiment;
     #   1: no experiment has topology.link_events, and the epoch selection is compiled out)
-    prefix_columns: tuple[int, ...] = ()  # pool prefixes a window may run on, in columns per host, smallest
-    #   first (``ops/pool.py``; empty: the whole pool always)
+    prefix_columns: int = 0  # columns per host of the pool prefix windows run on while the packets fit
+    #   (``ops/pool.py``; 0: the whole pool always). A choice, not a shape an experiment needs
 
     @property
     def n_slots(self) -> int:
