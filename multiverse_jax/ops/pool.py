@@ -17,8 +17,8 @@ host's NIC can create in a window (``creatable_packets``: the only packets a win
 creates, outside the hybrid mode's thaw, which runs on the whole pool). A host takes its
 lowest free column, so its new packets land below in-use + created. So no window on
 the prefix is ever held back by it: there is nothing to check or run again after it,
-and the engine runs many windows on one copy of the prefix (``engine``), copying it out
-of the pool and back only when the batch moves between the prefix and the whole pool.
+and the engine runs a stretch of windows on one copy of the prefix, copied out of the
+pool before the stretch and back after it (``engine._steps_until_stopped``).
 
 The prefix compiles the window once more, so a batch has one only where the pool is large
 enough to pay for it.
