@@ -220,7 +220,7 @@ MODULE_SECONDS = {
     "test_cc.py": 35, "test_sharding.py": 35, "test_restorer_model.py": 34, "test_golden.py": 45,
     "test_vs_htsim.py": 25, "test_ack_class.py": 20, "test_timeseries.py": 18, "test_overflow.py": 17,
     "test_closed_form.py": 15, "test_failures.py": 15, "test_tasks.py": 14, "test_importers.py": 13,
-    "test_prefix_scans.py": 11,
+    "test_prefix_scans.py": 11, "test_pool.py": 90,
 }  # fmt: skip
 
 
