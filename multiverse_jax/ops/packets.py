@@ -30,6 +30,11 @@ def in_host_order(static, column):
     return by_host(static, column).reshape(-1)
 
 
+def slots_in_host_order(static):
+    """(S_total,) int32 the pool's slots in (host, column) order (``in_host_order``)."""
+    return in_host_order(static, jnp.arange(static.n_slots, dtype=jnp.int32))
+
+
 def slot_host(static):
     """(S_total,) int32 the host that owns each slot."""
     return jnp.arange(static.n_slots, dtype=jnp.int32) % static.n_hosts

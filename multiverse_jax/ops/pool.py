@@ -30,7 +30,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.components.order import initial_order_state
@@ -99,8 +98,7 @@ def grow(static: Static, state: State, small: State) -> State:
     n, n_slots = small.packets.pkt_valid.shape[0], static.n_slots
     packets = jax.tree.map(lambda whole, part: jax.lax.dynamic_update_slice_in_dim(whole, part, 0, 0), state.packets, small.packets)
     if not sort_sizes(n):
-        nothing_kept = jax.tree.map(lambda x: jnp.full(np.shape(x), np.ravel(x)[0], x.dtype), initial_order_state(static))
-        return small.replace(packets=packets, order=nothing_kept)
+        return small.replace(packets=packets, order=jax.tree.map(jnp.asarray, initial_order_state(static)))
     order = small.order
     order_slot = jnp.concatenate([jnp.where(order.order_slot >= n, n_slots, order.order_slot), jnp.full(n_slots - n, n_slots, jnp.int32)])
     order_time_ps = jnp.concatenate([order.order_time_ps, jnp.full(n_slots - n, NEVER, jnp.int64)])

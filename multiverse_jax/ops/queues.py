@@ -27,7 +27,7 @@ from multiverse_jax.components.experiment import Params
 from multiverse_jax.components.order import OrderState
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops.lockstep import switch_largest
-from multiverse_jax.ops.packets import in_host_order, queued
+from multiverse_jax.ops.packets import in_host_order, queued, slots_in_host_order
 from multiverse_jax.ops.segments import compact, prefix_sum
 from multiverse_jax.units import NEVER
 
@@ -111,7 +111,7 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
     n_slots = params.static.n_slots
     sizes = sort_sizes(n_slots)
     if not sizes:
-        return _order_of(params, pkts, window_end_ps, in_host_order(params.static, jnp.arange(n_slots, dtype=jnp.int32)))
+        return _order_of(params, pkts, window_end_ps, slots_in_host_order(params.static))
     view = _kept_view(kept)
     kept_holds, new = _kept_and_new(params, pkts, kept, view)
 
@@ -137,7 +137,7 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
 
     def sorted_in(n_places: int):
         def order(params, pkts, window_end_ps, *_):  # closes over no array: a custom_vmap function may not
-            every_slot = in_host_order(params.static, jnp.arange(n_slots, dtype=jnp.int32))
+            every_slot = slots_in_host_order(params.static)
             if n_places >= n_slots:  # the whole pool
                 return _order_of(params, pkts, window_end_ps, every_slot)
             (members,), _ = compact(in_host_order(params.static, queued(pkts)), n_places, (every_slot, n_slots))
@@ -205,7 +205,7 @@ def _merged(
     the queues before its own, less the packets its queue sent before it; a new one
     behind the kept packets of its queue and those before."""
     n_slots = params.static.n_slots
-    every_slot = in_host_order(params.static, jnp.arange(n_slots, dtype=jnp.int32))
+    every_slot = slots_in_host_order(params.static)
     (members,), _ = compact(in_host_order(params.static, new), n_places, (every_slot, n_slots))
     arrivals = _order_of(params, pkts, window_end_ps, members)  # over n_places positions
     n_queues = kept.order_queue_end.shape[0]

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops.lockstep import switch_largest
-from multiverse_jax.ops.packets import arriving, at_host, in_host_order
+from multiverse_jax.ops.packets import arriving, at_host, in_host_order, slots_in_host_order
 from multiverse_jax.ops.queues import fifo_order, size_index, sort_by, sort_sizes
 from multiverse_jax.ops.routing import route
 from multiverse_jax.ops.segments import compact, prefix_max
@@ -59,7 +59,7 @@ def ports_and_ranks(params: Params, pkts: PacketState, at_switch, window_end_ps)
     def in_places(n_places: int):
         def ports(params, pkts, at_switch, window_end_ps):  # closes over no array: a custom_vmap function may not
             # In host order: simultaneous arrivals that tie on everything else rank by it.
-            every_slot = in_host_order(params.static, jnp.arange(n_slots, dtype=jnp.int32))
+            every_slot = slots_in_host_order(params.static)
             arrives = in_host_order(params.static, at_switch)
             if n_places >= n_slots:
                 members = jnp.where(arrives, every_slot, n_slots)
