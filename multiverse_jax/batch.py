@@ -182,7 +182,7 @@ def build_batch(
                 f"the given shapes are for the {'flow' if static.flow_level else 'packet'}-level step, "
                 f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
             )
-        choices = {"prefix_columns"}  # not a shape an experiment needs (ops/pool.py)
+        choices = {"prefix_columns", "run_packets"}  # not shapes an experiment needs (ops/pool.py, systems/transmit.py)
         small = [
             f.name for f in dataclasses.fields(Static)
             if f.name not in choices and getattr(static, f.name) < getattr(needed, f.name)

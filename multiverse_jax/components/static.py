@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+RUN_PACKETS = 8  # the packets a port may start in one transmit round by default (``Static.run_packets``)
+
 
 @dataclasses.dataclass(frozen=True)
 class Static:
@@ -44,6 +46,9 @@ class Static:
     #   1: no experiment has topology.link_events, and the epoch selection is compiled out)
     prefix_columns: int = 0  # columns per host of the pool prefix windows run on while the packets fit
     #   (``ops/pool.py``; 0: the whole pool always). A choice, not a shape an experiment needs
+
+    run_packets: int = RUN_PACKETS  # M: packets one port may start in one transmit round, one after another from one
+    #   queue (``systems.transmit.follow``; one with int_queue_with_packet). A choice, not a shape an experiment needs
 
     @property
     def n_slots(self) -> int:
