@@ -36,9 +36,9 @@ def ecn_mark(params: Params, queue_bytes, flow, seq, hop):
     return coin < red_probability(queue_bytes, cp.ecn_kmin_bytes, cp.ecn_kmax_bytes, cp.ecn_pmax)
 
 
-def record_telemetry(params: Params, pkts: PacketState, record, slot, pkt_hop, start_ps, tx_bytes, queue_bytes) -> PacketState:
-    """Write one INT entry for each port in ``record`` (P,): its hop of the packet in ``slot``
-    (whose ``pkt_hop`` (P,) is the index of the link it leaves by).
+def record_telemetry(params: Params, pkts: PacketState, record, slot, pkt_hop, start_ps, tx_bytes, queue_bytes, port) -> PacketState:
+    """Write one INT entry for each departure in ``record`` (N,): the hop of the packet in
+    ``slot`` (whose ``pkt_hop`` (N,) is the index of the link it leaves by) at ``port``.
 
     Switch hop i is the packet's (i + 1)-th link (link 0 leaves the sender's NIC).
     """
@@ -48,7 +48,6 @@ def record_telemetry(params: Params, pkts: PacketState, record, slot, pkt_hop, s
     hop = pkt_hop - 1
     row = jnp.where(record & (hop >= 0) & (hop < n_hops), slot, n_slots)
     col = jnp.clip(hop, 0, n_hops - 1)
-    port = jnp.arange(params.static.n_ports, dtype=jnp.int32)
     return pkts.replace(
         pkt_int_port=pkts.pkt_int_port.at[row, col].set(port, mode="drop"),
         pkt_int_ts_ps=pkts.pkt_int_ts_ps.at[row, col].set(start_ps, mode="drop"),

@@ -12,8 +12,7 @@ from multiverse_jax.units import NEVER
 
 
 def release_ps(params: Params, state: State, earliest_ps):
-    """(..., P) the first time >= earliest_ps[..., p] at which port p may start a data
-    packet (``earliest_ps`` (..., P): one instant per port, or several sets of them).
+    """(P,) the first time >= earliest_ps[p] at which port p may start a data packet.
 
     ``earliest_ps`` must not precede the window start: the history reaches back to the
     decision in effect then (``Static.pfc_history`` covers the longest link delay).
@@ -22,38 +21,37 @@ def release_ps(params: Params, state: State, earliest_ps):
     effective_ps = links.pfc_decided_ps + params.links.link_delay_ps[:, None]  # (P, L), chronological
     # Slots never written (decided < 0, all "resume") come first, so the decisions in
     # effect by then form a prefix of the history; the last of them holds.
-    in_effect = (links.pfc_decided_ps < 0) | (effective_ps <= earliest_ps[..., None])  # (..., P, L)
-    n_in_effect = jnp.sum(in_effect, axis=-1)
-    history = jnp.broadcast_to(links.pfc_paused, in_effect.shape)
-    latest = jnp.take_along_axis(history, jnp.maximum(n_in_effect - 1, 0)[..., None], axis=-1)[..., 0]
-    paused = (n_in_effect > 0) & latest
-    # Decisions not yet in effect arrive later, in order: the first resume among them.
-    resume_ps = jnp.min(jnp.where(~in_effect & ~links.pfc_paused, effective_ps, NEVER), axis=-1)
-    return jnp.where(paused, resume_ps, earliest_ps)
-
-
-def held_until_ps(params: Params, state: State, from_ps):
-    """A port's PFC pauses as seen from ``from_ps`` (P,) on (at or after the window start),
-    for many later instants at once: (P,) until when a pause in effect at ``from_ps``
-    holds its data (its first resume; ``from_ps`` if none is in effect), and (P,) when
-    the next pause after it takes effect (NEVER if none). Before that next pause, PFC
-    releases a data packet ready at t at ``max(t, held until)`` (``release_bound``)."""
-    links = state.links
-    effective_ps = links.pfc_decided_ps + params.links.link_delay_ps[:, None]  # (P, L), chronological
-    in_effect = (links.pfc_decided_ps < 0) | (effective_ps <= from_ps[:, None])
+    in_effect = (links.pfc_decided_ps < 0) | (effective_ps <= earliest_ps[:, None])
     n_in_effect = jnp.sum(in_effect, axis=1)
     latest = jnp.take_along_axis(links.pfc_paused, jnp.maximum(n_in_effect - 1, 0)[:, None], axis=1)[:, 0]
     paused = (n_in_effect > 0) & latest
+    # Decisions not yet in effect arrive later, in order: the first resume among them.
     resume_ps = jnp.min(jnp.where(~in_effect & ~links.pfc_paused, effective_ps, NEVER), axis=1)
-    next_pause_ps = jnp.min(jnp.where(~in_effect & links.pfc_paused, effective_ps, NEVER), axis=1)
+    return jnp.where(paused, resume_ps, earliest_ps)
+
+
+def held_until_ps(params: Params, state: State, from_ps, ports):
+    """The PFC pauses of ``ports`` (K,) as seen from ``from_ps`` (K,) on (at or after the
+    window start), for many later instants at once: (K,) until when a pause in effect at
+    ``from_ps`` holds their data (its first resume; ``from_ps`` if none is in effect), and
+    (K,) when the next pause after it takes effect (NEVER if none). Before that next
+    pause, PFC releases a data packet ready at t at ``max(t, held until)`` (``release_bound``)."""
+    decided_ps, paused_history = state.links.pfc_decided_ps[ports], state.links.pfc_paused[ports]
+    effective_ps = decided_ps + params.links.link_delay_ps[ports][:, None]  # (K, L), chronological
+    in_effect = (decided_ps < 0) | (effective_ps <= from_ps[:, None])
+    n_in_effect = jnp.sum(in_effect, axis=1)
+    latest = jnp.take_along_axis(paused_history, jnp.maximum(n_in_effect - 1, 0)[:, None], axis=1)[:, 0]
+    paused = (n_in_effect > 0) & latest
+    resume_ps = jnp.min(jnp.where(~in_effect & ~paused_history, effective_ps, NEVER), axis=1)
+    next_pause_ps = jnp.min(jnp.where(~in_effect & paused_history, effective_ps, NEVER), axis=1)
     return jnp.where(paused, resume_ps, from_ps), next_pause_ps
 
 
 def release_bound(held_until_ps, next_pause_ps, earliest_ps):
-    """(..., P) ``release_ps`` of ``earliest_ps`` (..., P) (at or after the instant
-    ``held_until_ps`` was seen from), exact where (..., P) bool it is before the next pause
-    (``held_until_ps``); elsewhere ``earliest_ps``, a lower bound (the release is at or
-    after it, and after the next pause)."""
+    """``release_ps`` of ``earliest_ps`` (at or after the instant ``held_until_ps`` was
+    seen from; arrays alike, or broadcasting), exact where (bool, alike) it is before the
+    next pause (``held_until_ps``); elsewhere ``earliest_ps``, a lower bound (the release is
+    at or after it, and after the next pause)."""
     exact = earliest_ps < next_pause_ps
     return jnp.where(exact, jnp.maximum(earliest_ps, held_until_ps), earliest_ps), exact
 
