@@ -45,16 +45,21 @@ SYSTEMS = {name: _with_window(system) for name, system in engine.SYSTEMS} | {"wh
 @jax.vmap
 def transmit_rounds(params, state):
     """Rounds transmit needs for this window of one experiment (the systems before it
-    applied first), and (P,) the packets each port sends in them."""
+    applied first), and (P,) the packets each port sends in them (a round starts a run
+    of several at some ports, ``ops/runs.py``)."""
     end = state.time_ps + params.window_ps
     state = engine.systems_before("transmit", params, state, end)
     serving, order, free, upcoming = window_start(params, state, end)  # as systems/transmit.transmit starts
 
+    n_classes = 1 + params.static.n_data_classes
+
     def body(carry):
         serving, _, rounds, sends = carry
-        sent_before = serving.state.ports.port_tx_bytes
-        serving = serve_round(params, serving, end, order, free, upcoming)
-        return serving, serving.sent, rounds + 1, sends + (serving.state.ports.port_tx_bytes != sent_before)
+        new = serve_round(params, serving, end, order, free, upcoming)
+        # A port sends the packets it took from its queues (a run: several) and those its NIC created.
+        taken = (new.head - serving.head).reshape(-1, n_classes).sum(axis=1)
+        created = jnp.zeros_like(sends).at[params.nics.nic_port].add(new.used - serving.used)
+        return new, new.sent, rounds + 1, sends + taken + created
 
     init = (serving, True, 0, jnp.zeros(params.static.n_ports, jnp.int32))
     return jax.lax.while_loop(lambda c: c[1], body, init)[2:]

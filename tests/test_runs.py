@@ -1,0 +1,127 @@
+"""Runs (``ops/runs.py``): a transmit round starts, at the ports with packets queued
+behind their first, the packets the next rounds would start there one by one. The
+results must be those of one packet a port a round (``Static.run_packets`` 1), bit for
+bit, whatever the run length and however few ports may run: PFC pauses in the middle of
+a run, ACK trains in the data class (htsim) and in the control class, two priorities, a
+NIC's ACKs against its own offers, ECN marks and HPCC's telemetry read from the queue
+before each packet of a run."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import SMALL, run_small
+from multiverse_jax.conf.schema import CcKind, PacketConfig, SimConfig, SwitchConfig
+from multiverse_jax.experiment import Experiment
+from multiverse_jax.ops import queues, runs
+from multiverse_jax.topology import fattree
+from multiverse_jax.units import NEVER
+from multiverse_jax.workload.flows import make_flows
+
+PS = 1_000_000  # ps per µs
+FAT_TREE = fattree(4, 100.0, 1.0)
+# Two incasts (9 hosts to 0, 8 hosts to 15) and a flow the other way, in two priorities:
+# PFC pauses the senders of both, ACK trains leave the two receivers.
+INCAST = make_flows(
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 9, 10, 11, 12, 13, 14],
+    [0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15, 15, 15, 1],
+    [60_000] * 15 + [20_000],
+    [0] * 10 + [2 * PS] * 5 + [5 * PS],
+    prio=[0, 1] * 8,
+)
+PFC = SwitchConfig(pfc_xoff_bytes=40_000, pfc_xon_bytes=20_000, ecn_kmin_bytes=10_000, ecn_kmax_bytes=60_000)
+EXPERIMENTS = [
+    Experiment(FAT_TREE, INCAST, switch=PFC, packet=PacketConfig(ack_class="data"), sim=SimConfig(seed=1)),
+    Experiment(FAT_TREE, INCAST, switch=PFC, packet=PacketConfig(ack_class="control"), sim=SimConfig(seed=2)),
+    Experiment(FAT_TREE, INCAST, switch=PFC, cc=CcKind.dctcp, sim=SimConfig(seed=3)),
+    Experiment(FAT_TREE, INCAST, switch=PFC, cc=CcKind.hpcc, packet=PacketConfig(ack_class="data"), sim=SimConfig(seed=4)),
+]
+SHAPES = {"n_data_classes": 2, "int_hops": 5}  # two priorities; HPCC telemetry over 5 switch hops
+
+
+def outcome(result) -> dict:
+    """What a run reports: every flow column, the summary's figures and each port's largest queue."""
+    figures = {k: v for k, v in result.summary.items() if not k.startswith(("wall", "batch_", "windows_per"))}
+    return {**{k: np.asarray(v) for k, v in result.flows.items()}, **figures, "max_queue": result.port_max_queue_bytes}
+
+
+@pytest.fixture(scope="module")
+def one_a_round():
+    """The experiments with one packet a port a round: the reference."""
+    return [outcome(r) for r in run_small(EXPERIMENTS, run_packets=1, **SHAPES)]
+
+
+def assert_same(results, reference):
+    for result, expected in zip(results, reference):
+        assert result["status"] == "ok"
+        assert result.keys() == expected.keys()
+        for key in expected:
+            np.testing.assert_array_equal(result[key], expected[key], err_msg=key)
+
+
+def test_runs_equal_one_packet_a_round(one_a_round):
+    assert_same([outcome(r) for r in run_small(EXPERIMENTS, **SHAPES)], one_a_round)
+    assert all(r["pfc_pauses"] > 0 for r in one_a_round)  # runs meet pauses
+
+
+def test_few_ports_running_equal_one_packet_a_round(one_a_round, monkeypatch):
+    """Two ports may run a round, four packets each: most ports with packets behind wait."""
+    monkeypatch.setattr(runs, "run_ports", lambda static: 2)
+    assert_same([outcome(r) for r in run_small(EXPERIMENTS, run_packets=4, **SHAPES)], one_a_round)
+
+
+def test_runners_full_runs_first_then_the_rest_in_port_order():
+    n_behind = jnp.array([0, 3, 9, 1, 0, 12, 2], jnp.int32)
+    np.testing.assert_array_equal(runs.runners(n_behind, 4, 7), [2, 5, 1, 3])
+    np.testing.assert_array_equal(runs.runners(n_behind, 8, 7), [2, 5, 1, 3, 6, 7, 7, 7])
+
+
+def test_fifo_starts_are_the_max_plus_recurrence():
+    """``behind``'s closed form (a cumsum and a cummax) against the recurrence in Python,
+    on one queue of random arrivals and sizes behind a first departure."""
+    rng = np.random.default_rng(0)
+    static = dataclasses.replace(SMALL, run_packets=8)
+    n_rows = static.run_packets - 1
+    arrival_ps = np.sort(rng.integers(0, 3_000, size=n_rows)).astype(np.int64)
+    wire_bytes = rng.integers(64, 4_200, size=n_rows).astype(np.int32)
+    first_end_ps = 1_000
+    rate = 100 * 10**9
+    ser_ps = (wire_bytes.astype(np.int64) * 8 * 10**12 + rate - 1) // rate
+    expected, free = [], first_end_ps
+    for a, s in zip(arrival_ps, ser_ps):
+        start = max(a, free)
+        expected.append(start)
+        free = start + s
+    order, head, first, params = _one_queue(static, arrival_ps, wire_bytes, first_end_ps)
+    nxt = runs.behind(params, order, head, first, jnp.zeros(1, jnp.int32), jnp.zeros(1, jnp.int32), 10**9)
+    np.testing.assert_array_equal(np.asarray(nxt.start)[:, 0], expected)
+    np.testing.assert_array_equal(np.asarray(nxt.free_ps)[1:, 0], np.asarray(expected)[:-1] + ser_ps[:-1])
+
+
+def _one_queue(static, arrival_ps, wire_bytes, first_end_ps):
+    """A service order whose queue 0 holds a first packet then ``arrival_ps`` (R,), and a
+    first departure ending at ``first_end_ps``, on 100 Gb/s links."""
+    n = len(arrival_ps) + 1
+    n_positions = n + 8
+    time_ps = np.full(n_positions, NEVER, np.int64)
+    time_ps[0], time_ps[1:n] = 0, arrival_ps
+    wire = np.zeros(n_positions, np.int32)
+    wire[1:n] = wire_bytes
+    packet = queues.QueuedPacket(
+        jnp.zeros(n_positions, bool), jnp.asarray(wire), *(jnp.zeros(n_positions, jnp.int32) for _ in range(4))
+    )
+    order = queues.ServiceOrder(
+        jnp.arange(n_positions, dtype=jnp.int32), jnp.asarray(time_ps),
+        jnp.zeros(n_positions + 1, jnp.int64), jnp.full(2, n, jnp.int32), packet,
+    )  # fmt: skip
+    zero = jnp.zeros(1, jnp.int64)
+    first = runs.Departures(
+        zero, jnp.zeros(1, bool), jnp.zeros(1, jnp.int32), jnp.ones(1, bool), jnp.ones(1, bool), jnp.zeros(1, bool),
+        jnp.zeros(1, bool), jnp.zeros(1, jnp.int32), jnp.zeros(1, jnp.int32), jnp.full(1, first_end_ps, jnp.int64),
+        zero, zero, zero, jnp.zeros(1, jnp.int32), jnp.zeros(1, jnp.int32),
+    )  # fmt: skip
+    params = SimpleNamespace(static=static, links=SimpleNamespace(link_rate_bps=jnp.full(1, 100 * 10**9, jnp.int64)))
+    return order, jnp.zeros(2, jnp.int32), first, params
