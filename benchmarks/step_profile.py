@@ -57,7 +57,7 @@ def transmit_rounds(params, state):
         serving, _, rounds, sends = carry
         new = serve_round(params, serving, end, order, free, upcoming)
         # A port sends the packets it took from its queues (a run: several) and those its NIC created.
-        taken = (new.head - serving.head).reshape(-1, n_classes).sum(axis=1)
+        taken = (new.head - serving.head).reshape(-1, n_classes).sum(axis=1, dtype=jnp.int32)
         created = jnp.zeros_like(sends).at[params.nics.nic_port].add(new.used - serving.used)
         return new, new.sent, rounds + 1, sends + taken + created
 

@@ -30,13 +30,14 @@ def release_ps(params: Params, state: State, earliest_ps):
     return jnp.where(paused, resume_ps, earliest_ps)
 
 
-def held_until_ps(params: Params, state: State, from_ps, ports):
+def held_until_ps(params: Params, links, from_ps, ports):
     """The PFC pauses of ``ports`` (K,) as seen from ``from_ps`` (K,) on (at or after the
     window start), for many later instants at once: (K,) until when a pause in effect at
     ``from_ps`` holds their data (its first resume; ``from_ps`` if none is in effect), and
     (K,) when the next pause after it takes effect (NEVER if none). Before that next
-    pause, PFC releases a data packet ready at t at ``max(t, held until)`` (``release_bound``)."""
-    decided_ps, paused_history = state.links.pfc_decided_ps[ports], state.links.pfc_paused[ports]
+    pause, PFC releases a data packet ready at t at ``max(t, held until)`` (``release_bound``).
+    ``links``: ``State.links``."""
+    decided_ps, paused_history = links.pfc_decided_ps[ports], links.pfc_paused[ports]
     effective_ps = decided_ps + params.links.link_delay_ps[ports][:, None]  # (K, L), chronological
     in_effect = (decided_ps < 0) | (effective_ps <= from_ps[:, None])
     n_in_effect = jnp.sum(in_effect, axis=1)

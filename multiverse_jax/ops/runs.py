@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.components.ports import PortState
-from multiverse_jax.ops import pfc, queues
+from multiverse_jax.ops import lockstep, pfc, queues
 from multiverse_jax.ops.packets import link_serialization_ps
 from multiverse_jax.ops.segments import prefix_sum
 from multiverse_jax.units import NEVER
@@ -106,19 +106,38 @@ class Behind(NamedTuple):
     free_ps: jnp.ndarray  # int64 when the port falls free before it (the departure before ends)
 
 
-class Run(NamedTuple):
-    """A round's departures: every port's first, then, row by row, the packets behind it
-    of the K ports that run: arrays (N,), N = P + (M - 1) K, in the order each port
-    starts them."""
+class Rows(NamedTuple):
+    """What the runs behind the first departures add to a round: arrays (R, K) over the
+    rows of the K ports that run, and the ports after them."""
 
-    dep: Departures  # (N,) each; a row's ``sends`` is False once its run has ended
-    port: jnp.ndarray  # (N,) int32 the port of each departure
-    packet: queues.QueuedPacket  # (N,) each: the queued packet at the head of its queue then
-    queue_bytes: jnp.ndarray  # (N,) int64 the port's queue just before the departure, it included
-    tx_bytes: jnp.ndarray  # (N,) int64 the port's bytes sent after it, it included
-    ports: PortState  # (P,) each: the ports after their last departure (``port_after``)
-    served: jnp.ndarray  # (P,) int32 the packets each port took from its chosen queue
+    dep: Departures  # (R, K) each; a row's ``sends`` is False once its run has ended
+    who: jnp.ndarray  # (K,) int32 the ports that run (P: none)
+    packet: queues.QueuedPacket  # (R, K) each: the queued packet of each departure
+    queue_bytes: jnp.ndarray  # (R, K) int64 the port's queue just before the departure, it included
+    tx_bytes: jnp.ndarray  # (R, K) int64 the port's bytes sent after it, it included
+    ports: PortState  # (P,) each: the ports after their runs (``port_after``'s fields, the queue watch)
+    over: jnp.ndarray  # () bool a queue the runs watched rose above its buffer
+    served: jnp.ndarray  # (P,) int32 the packets each port sent behind its first
     ends: jnp.ndarray  # (Q,) int32 one past each queue's packets arrived by its port's last departure
+
+
+# The port fields the queue watch keeps (``PortState``), in ``watch``'s order.
+WATCHED = ("port_max_queue_bytes", "port_overflow_events", "port_over_buffer_ps", "port_over_since_ps")
+
+
+def watch(watched, buffer_bytes, sampled, at_ps, queue_bytes, leaving_bytes):
+    """``systems.transmit.watch_queues`` on arrays alike (any ports): the ``WATCHED``
+    fields after the sample, and whether each queue is above its buffer (bool)."""
+    max_queue_bytes, overflow_events, over_buffer_ps, over_since_ps = watched
+    was_over = over_since_ps != NEVER
+    over = sampled & (queue_bytes > buffer_bytes)
+    since_ps = jnp.where(queue_bytes - leaving_bytes > buffer_bytes, at_ps, NEVER)
+    return (
+        jnp.where(sampled, jnp.maximum(max_queue_bytes, queue_bytes), max_queue_bytes),
+        overflow_events + (over & ~was_over).astype(jnp.int32),
+        over_buffer_ps + jnp.where(sampled & was_over, at_ps - over_since_ps, 0),
+        jnp.where(sampled, since_ps, over_since_ps),
+    ), over
 
 
 def behind(params: Params, order, head, first: Departures, chosen, who, window_end_ps) -> Behind:
@@ -234,41 +253,80 @@ def class_ready(params: Params, order, head, offer_ready_ps):
     return jnp.concatenate([head_ps[:, :1], jnp.minimum(head_ps[:, 1:], offer_ready_ps)], axis=1)
 
 
-def follow(params: Params, state: State, order, head, hint, first: Departures, chosen, offer_ready_ps, head_packet, window_end_ps) -> Run:
-    """Every port's first departure ``first`` (class ``chosen`` (P,), the queued packet
-    ``head_packet``; ``offer_ready_ps`` (P, C): each NIC port's offers, NEVER at
-    switches), with the queue just before it (``queues.arrived_bytes``, from ``hint``
-    (Q,): the last round's ``Run.ends``), then the runs behind it of the ports with the
-    most packets behind it: as many of their next R packets as the rounds after this one
-    would start there, one a round (``behind``, cut by ``still_chosen`` and
-    ``queues_behind``). Arrays over (R, K): scans along the run, no loop."""
+def follow(params: Params, state: State, order, head, end0, first: Departures, chosen, offer_ready_ps, window_end_ps) -> Rows:
+    """The runs behind every port's first departure ``first`` (class ``chosen`` (P,);
+    ``state``: its ports after it; ``end0`` (Q,): one past each queue's packets arrived
+    by its start; ``offer_ready_ps`` (P, C): each NIC port's offers, NEVER at switches):
+    at the ports with the most packets behind it (``runners``), as many of their next R
+    packets as the rounds after this one would start there, one a round (``behind``, cut
+    by ``still_chosen`` and ``queues_behind``): arrays over (R, K), scans along the run,
+    no loop. None of it runs in a round where no port has a packet behind its first."""
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
-    queue_bytes, end0 = queues.arrived_bytes(order, head, n_ports, first.start, hint)
-    ports = port_after(state.ports, first)
     chosen_queue = n_classes * jnp.arange(n_ports) + chosen
-    serves_queue = first.sends & ~first.creates
-    everyone = jnp.arange(n_ports, dtype=jnp.int32)
-    alone = Run(first, everyone, head_packet, queue_bytes, ports.port_tx_bytes, ports, serves_queue.astype(jnp.int32), end0)
-    if run_rows(params.static) == 1:
-        return alone
+    n_behind = jnp.where(first.sends & ~first.creates, order.queue_end[chosen_queue] - head[chosen_queue] - 1, 0)
+    consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps)
+    return lockstep.when_any(jnp.any(n_behind > 0), lambda consts: _rows(*consts), _idle(consts), consts)
+
+
+def _idle(consts) -> Rows:
+    """The ``Rows`` of a round in which no port runs: no departure, the ports as they are."""
+    params, ports, end0 = consts[0], consts[1], consts[5]
+    shapes = jax.eval_shape(lambda consts: _rows(*consts), consts)
+    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+    return zeros._replace(who=jnp.full_like(zeros.who, params.static.n_ports), ports=ports, ends=end0)
+
+
+def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps) -> Rows:
+    n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     window_start_ps = window_end_ps - params.window_ps
-    n_behind = jnp.where(serves_queue, order.queue_end[chosen_queue] - head[chosen_queue] - 1, 0)
     who = runners(n_behind, run_ports(params.static), run_rows(params.static) - 1)  # (K,) P where none
     at = jnp.minimum(who, n_ports - 1)  # gathers read a port; writes to P are dropped
     first_k = jax.tree.map(lambda column: column[at], first)
     chosen_k = chosen[at]
     nxt = behind(params, order, head, first_k, chosen_k, at, window_end_ps)
-    held = pfc.held_until_ps(params, state, jnp.maximum(nxt.free_ps[0], window_start_ps), at)
+    held = pfc.held_until_ps(params, links, jnp.maximum(nxt.free_ps[0], window_start_ps), at)
     run_offer_ps = jnp.take_along_axis(offer_ready_ps[at], jnp.maximum(chosen_k - 1, 0)[:, None], axis=1)[:, 0]
     run_offer_ps = jnp.where(chosen_k > 0, run_offer_ps, NEVER)
     ready_ps = class_ready(params, order, head, offer_ready_ps)[at]
     chosen_next = still_chosen(params, held, nxt, chosen_k, ready_ps, run_offer_ps, window_start_ps)
-    next_queue_bytes, next_ends, known = queues_behind(order, head, end0, nxt, first_k.wire_bytes, at, n_classes)
+    queue_bytes, ends, known = queues_behind(order, head, end0, nxt, first_k.wire_bytes, at, n_classes)
     starts = chosen_next & known & (nxt.start < window_end_ps)
     runs_here = (who < n_ports) & (n_behind[at] > 0)
     sends = runs_here & (jnp.cumsum(~starts, axis=0) == 0)  # (R, K) up to the first that does not
-    rows = departures_behind(params, first_k, nxt, sends, at)
-    return _joined(alone, rows, who, nxt.packet, next_queue_bytes, next_ends, n_classes)
+    dep = departures_behind(params, first_k, nxt, sends, at)
+    tx_bytes = ports.port_tx_bytes[at] + jnp.cumsum(jnp.where(sends, dep.wire_bytes, 0), axis=0)
+    n_sent = jnp.sum(sends, axis=0, dtype=jnp.int32)  # (K,) packets behind the first each port sent
+    ports, over = _watched(params, ports, dep, queue_bytes, who)
+
+    def last(column, rows_column):  # (P,) a port field after its last departure
+        at_last = jnp.take_along_axis(jnp.concatenate([column[at][None], rows_column]), n_sent[None], axis=0)[0]
+        return column.at[who].set(at_last, mode="drop")
+
+    ports = ports.replace(
+        port_free_ps=last(ports.port_free_ps, dep.start + dep.ser_ps), port_tx_bytes=last(ports.port_tx_bytes, tx_bytes),
+        port_last_arrival_ps=last(ports.port_last_arrival_ps, dep.arrival_ps),
+        port_busy_rank=last(ports.port_busy_rank, dep.busy_rank), port_train_rank=last(ports.port_train_rank, dep.rank),
+        port_last_scheduled_ps=last(ports.port_last_scheduled_ps, dep.scheduled_ps),
+    )  # fmt: skip
+    queue = (n_classes * who[:, None] + jnp.arange(n_classes)).reshape(-1)
+    sent_by_queue = jnp.repeat(n_sent, n_classes)
+    last_ends = jnp.take_along_axis(ends, jnp.maximum(sent_by_queue - 1, 0)[None], axis=0)[0]
+    kept_ends = end0[jnp.minimum(queue, end0.shape[0] - 1)]
+    ends = end0.at[queue].set(jnp.where(sent_by_queue > 0, last_ends, kept_ends), mode="drop")
+    served = jnp.zeros(n_ports, jnp.int32).at[who].add(n_sent, mode="drop")
+    return Rows(dep, who, nxt.packet, queue_bytes, tx_bytes, ports, over, served, ends)
+
+
+def _watched(params: Params, ports: PortState, dep: Departures, queue_bytes, who):
+    """The queue watch (``watch``) at each departure of the runs, row after row, on the
+    ports ``who`` that run; whether a queue rose above its buffer."""
+    at = jnp.minimum(who, params.static.n_ports - 1)
+    watched, buffer_bytes = tuple(getattr(ports, name)[at] for name in WATCHED), params.ports.port_buffer_bytes[at]
+    over = jnp.bool_(False)
+    for i in range(dep.sends.shape[0]):  # a recurrence over the rows
+        watched, over_now = watch(watched, buffer_bytes, dep.sends[i], dep.start[i], queue_bytes[i], dep.wire_bytes[i])
+        over = over | jnp.any(over_now)
+    return ports.replace(**{name: getattr(ports, name).at[who].set(value, mode="drop") for name, value in zip(WATCHED, watched)}), over
 
 
 def runners(n_behind, n_runners: int, n_rows: int):
@@ -284,36 +342,3 @@ def runners(n_behind, n_runners: int, n_rows: int):
         jnp.where(some, jnp.sum(full, dtype=jnp.int32) + prefix_sum(some, dtype=jnp.int32) - 1, n_runners),
     )  # fmt: skip
     return jnp.full(n_runners, n_ports, jnp.int32).at[position].set(jnp.arange(n_ports, dtype=jnp.int32), mode="drop")
-
-
-def _joined(alone: Run, rows: Departures, who, packets, queue_bytes, ends, n_classes: int) -> Run:
-    """The ``Run`` of every port's first departure (``alone``) followed by the (R, K)
-    ``rows`` behind it at the ports ``who`` (their ``packets``, ``queue_bytes`` and the
-    queues' ``ends`` (R, K (1 + C)))."""
-    ports, at = alone.ports, jnp.minimum(who, alone.ports.port_free_ps.shape[0] - 1)
-    tx_bytes = ports.port_tx_bytes[at] + jnp.cumsum(jnp.where(rows.sends, rows.wire_bytes, 0), axis=0)
-    n_sent = jnp.sum(rows.sends, axis=0, dtype=jnp.int32)  # (K,) packets behind the first each port sent
-
-    def last(column, rows_column):  # (P,) a port field after its last departure
-        at_last = jnp.take_along_axis(jnp.concatenate([column[at][None], rows_column]), n_sent[None], axis=0)[0]
-        return column.at[who].set(at_last, mode="drop")
-
-    ports = ports.replace(
-        port_free_ps=last(ports.port_free_ps, rows.start + rows.ser_ps), port_tx_bytes=last(ports.port_tx_bytes, tx_bytes),
-        port_last_arrival_ps=last(ports.port_last_arrival_ps, rows.arrival_ps),
-        port_busy_rank=last(ports.port_busy_rank, rows.busy_rank), port_train_rank=last(ports.port_train_rank, rows.rank),
-        port_last_scheduled_ps=last(ports.port_last_scheduled_ps, rows.scheduled_ps),
-    )  # fmt: skip
-    queue = (n_classes * who[:, None] + jnp.arange(n_classes)).reshape(-1)
-    last_ends = jnp.take_along_axis(ends, jnp.maximum(jnp.repeat(n_sent, n_classes) - 1, 0)[None], axis=0)[0]
-    kept_ends = alone.ends[jnp.minimum(queue, alone.ends.shape[0] - 1)]
-    run_ends = alone.ends.at[queue].set(jnp.where(jnp.repeat(n_sent, n_classes) > 0, last_ends, kept_ends), mode="drop")
-
-    def flat(one, more):  # (P,) and (R, K) -> (P + R K,)
-        return jnp.concatenate([one, more.reshape(-1)])
-
-    return Run(
-        jax.tree.map(flat, alone.dep, rows), flat(alone.port, jnp.broadcast_to(who, rows.sends.shape)),
-        jax.tree.map(flat, alone.packet, packets), flat(alone.queue_bytes, queue_bytes), flat(alone.tx_bytes, tx_bytes),
-        ports, alone.served.at[who].add(n_sent, mode="drop"), run_ends,
-    )  # fmt: skip

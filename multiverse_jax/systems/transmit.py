@@ -175,67 +175,34 @@ def watch_queues(params: Params, state: State, sampled, at_ps, queue_bytes, leav
     PFC holds. So the time above the buffer is a lower bound, short by at most that much
     per event, and exact when the crossing arrival coincides with a departure start.
     """
-    watched, over = watch(
-        tuple(getattr(state.ports, name) for name in WATCHED), params.ports.port_buffer_bytes, sampled, at_ps,
+    watched, over = runs.watch(
+        tuple(getattr(state.ports, name) for name in runs.WATCHED), params.ports.port_buffer_bytes, sampled, at_ps,
         queue_bytes, leaving_bytes,
     )  # fmt: skip
     return state.replace(
-        ports=state.ports.replace(**dict(zip(WATCHED, watched))),
+        ports=state.ports.replace(**dict(zip(runs.WATCHED, watched))),
         error=state.error | jnp.where(params.overflow_is_error & jnp.any(over), ERROR_BUFFER_OVERFLOW, 0),
     )
 
 
-# The port fields the queue watch keeps (``PortState``), in ``watch``'s order.
-WATCHED = ("port_max_queue_bytes", "port_overflow_events", "port_over_buffer_ps", "port_over_since_ps")
-
-
-def watch(watched, buffer_bytes, sampled, at_ps, queue_bytes, leaving_bytes):
-    """``watch_queues`` on arrays alike (any ports): the ``WATCHED`` fields after the
-    sample, and whether each queue is above its buffer (bool)."""
-    max_queue_bytes, overflow_events, over_buffer_ps, over_since_ps = watched
-    was_over = over_since_ps != NEVER
-    over = sampled & (queue_bytes > buffer_bytes)
-    since_ps = jnp.where(queue_bytes - leaving_bytes > buffer_bytes, at_ps, NEVER)
-    return (
-        jnp.where(sampled, jnp.maximum(max_queue_bytes, queue_bytes), max_queue_bytes),
-        overflow_events + (over & ~was_over).astype(jnp.int32),
-        over_buffer_ps + jnp.where(sampled & was_over, at_ps - over_since_ps, 0),
-        jnp.where(sampled, since_ps, over_since_ps),
-    ), over
-
-
-def account(params: Params, state: State, run: runs.Run) -> State:
-    """Port counters after a round's departures (``run``, in the order each port starts
-    them, with the queue just before each): the queue watch at each departure (every
-    port's first, then row by row the runs behind it), the fields the last departure
-    leaves (``runs.port_after``); the pool error bit; the packet-hop count."""
-    n_ports, dep = params.static.n_ports, run.dep
-    state = watch_queues(params, state, dep.sends[:n_ports], dep.start[:n_ports], run.queue_bytes[:n_ports], dep.wire_bytes[:n_ports])
-    n_rows = (dep.sends.shape[0] - n_ports) // runs.run_ports(params.static)
-    if n_rows:  # the runs: a recurrence over their rows, on the ports that run
-        who = run.port[n_ports : n_ports + runs.run_ports(params.static)]  # P past the ports that run
-        at = jnp.minimum(who, n_ports - 1)
-
-        def row(column):
-            return column[n_ports:].reshape(n_rows, -1)
-
-        ports, over = state.ports, jnp.bool_(False)
-        watched, buffer_bytes = tuple(getattr(ports, name)[at] for name in WATCHED), params.ports.port_buffer_bytes[at]
-        for i in range(n_rows):
-            watched, over_now = watch(watched, buffer_bytes, row(dep.sends)[i], row(dep.start)[i], row(run.queue_bytes)[i], row(dep.wire_bytes)[i])
-            over = over | jnp.any(over_now)
-        ports = ports.replace(**{name: getattr(ports, name).at[who].set(value, mode="drop") for name, value in zip(WATCHED, watched)})
-        state = state.replace(ports=ports, error=state.error | jnp.where(params.overflow_is_error & over, ERROR_BUFFER_OVERFLOW, 0))
-    sent = run.ports
-    ports = state.ports.replace(
-        port_free_ps=sent.port_free_ps, port_tx_bytes=sent.port_tx_bytes,
-        port_last_arrival_ps=sent.port_last_arrival_ps, port_busy_rank=sent.port_busy_rank,
-        port_train_rank=sent.port_train_rank, port_last_scheduled_ps=sent.port_last_scheduled_ps,
-    )  # fmt: skip
+def account(params: Params, state: State, dep: Departures, queue_bytes) -> State:
+    """Port counters (P,): free time, bytes sent, the queue watch (``queue_bytes``, the
+    queue just before each departure); the pool error bit; the packet-hop count."""
+    state = watch_queues(params, state, dep.sends, dep.start, queue_bytes, dep.wire_bytes)
     return state.replace(
-        ports=ports,
+        ports=runs.port_after(state.ports, dep),
         error=state.error | jnp.where(jnp.any(dep.pool_full), ERROR_POOL_FULL, 0),
         n_packet_hops=state.n_packet_hops + jnp.sum(dep.sends),
+    )
+
+
+def account_runs(params: Params, state: State, rows: runs.Rows) -> State:
+    """The ports after the runs (their watch and last departures), their packet-hops and
+    the overflow error bit."""
+    return state.replace(
+        ports=rows.ports,
+        error=state.error | jnp.where(params.overflow_is_error & rows.over, ERROR_BUFFER_OVERFLOW, 0),
+        n_packet_hops=state.n_packet_hops + jnp.sum(rows.dep.sends),
     )
 
 
@@ -351,19 +318,30 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     head_packet = queues.at_head(order, head, chosen_queue)  # (P,) each: what a port serving its queue sends
     heads = (class_slot, class_is_offer, ready_ps)
     dep = depart(params, state, offer, start, chosen, heads, window_end_ps, head_packet)
-    # The ports with packets queued behind their first start them too (ops/runs.py). The
-    # last round's ends start the search of the queue before each: a port's next departure starts no earlier.
-    host, is_nic = _nic_host(params)
-    offer_ready_ps = jnp.where(is_nic[:, None], offer.ready_ps[host], NEVER)  # (P, C)
-    run = runs.follow(params, state, order, head, serving.arrived, dep, chosen, offer_ready_ps, head_packet, window_end_ps)
-    int_queue = queue_at_end(params, state.packets, dep, run.queue_bytes, order, head, run.ends, upcoming)
-    state = account(params, state, run)
+    # Queue just before each departure: everything queued at the port that has arrived by
+    # then, the departing packet included (see watch_queues).
+    # The last round's ends start the search: a port's next departure starts no earlier.
+    queue_bytes, arrived = queues.arrived_bytes(order, head, n_ports, dep.start, serving.arrived)  # (P,), (Q,)
+    int_queue = queue_at_end(params, state.packets, dep, queue_bytes, order, head, arrived, upcoming)
+    state = account(params, state, dep, queue_bytes)
+    everyone = jnp.arange(n_ports, dtype=jnp.int32)
     state = state.replace(
-        packets=leave(params, state.packets, run.dep, run.port, run.queue_bytes, run.tx_bytes, int_queue, run.packet)
+        packets=leave(params, state.packets, dep, everyone, queue_bytes, state.ports.port_tx_bytes, int_queue, head_packet)
     )
+    served = (dep.sends & ~dep.creates).astype(head.dtype)
+    if runs.run_rows(params.static) > 1:  # the ports with packets behind their first start them too
+        host, is_nic = _nic_host(params)
+        offer_ready_ps = jnp.where(is_nic[:, None], offer.ready_ps[host], NEVER)  # (P, C)
+        rows = runs.follow(params, state, order, head, arrived, dep, chosen, offer_ready_ps, window_end_ps)
+        state = account_runs(params, state, rows)
+        who = jnp.broadcast_to(rows.who, rows.dep.sends.shape)
+        state = state.replace(
+            packets=leave(params, state.packets, rows.dep, who, rows.queue_bytes, rows.tx_bytes, rows.queue_bytes, rows.packet)
+        )
+        served, arrived = served + rows.served, rows.ends
     state = nic_emit(params, state, offer, dep)
     # The queue a port served moves its pointer; a host that created a packet took its next free slot.
-    return Serving(state, head.at[chosen_queue].add(run.served), run.ends, used + host_creates(params, dep), jnp.any(dep.sends))
+    return Serving(state, head.at[chosen_queue].add(served), arrived, used + host_creates(params, dep), jnp.any(dep.sends))
 
 
 def window_start(params: Params, state: State, window_end_ps):
