@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from multiverse_jax.components.experiment import Params, State, experiment_params, initial_state
-from multiverse_jax.components.static import Static
+from multiverse_jax.components.static import RUN_PACKETS, Static
 from multiverse_jax.components.flows import ADMIT_ENTRIES
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
-from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HpccPacing, HybridRestore, SimMode, SwitchPipeline
+from multiverse_jax.conf.schema import AckClass, CcKind, HpccIntQueue, HpccPacing, HybridRestore, SimMode, SwitchPipeline
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
@@ -118,6 +118,10 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         admit_entries=ADMIT_ENTRIES if any(e.cc == CcKind.hpcc and e.hpcc.pacing == HpccPacing.ticks for e in experiments) else 1,
         switch_serial=any(e.switch.pipeline == SwitchPipeline.serial for e in experiments),
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
+        # Runs pay where trains of packets wait in one FIFO: ACKs queued with data (htsim's
+        # configuration). With control-class ACKs, strict priority cuts them after a packet or two
+        # and a round that runs costs more than the rounds it saves (README, Performance).
+        run_packets=RUN_PACKETS if any(e.packet.ack_class == AckClass.data for e in experiments) else 1,
     )
     if flow_level:
         return static

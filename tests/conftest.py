@@ -24,6 +24,7 @@ SMALL = Static(
     pfc_history=16,
     n_samples=64,  # time series on (the schema's sim.sample_interval_us), 64 windows per call
     path_len=8,  # longest flow path in links (a fat-tree path has 6)
+    run_packets=8,  # transmit rounds start runs of packets (ops/runs.py): every test checks them
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-RUN_PACKETS = 8  # the packets a port may start in one transmit round by default (``Static.run_packets``)
+RUN_PACKETS = 8  # the packets a port may start in one transmit round where runs pay (``Static.run_packets``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +47,9 @@ class Static:
     prefix_columns: int = 0  # columns per host of the pool prefix windows run on while the packets fit
     #   (``ops/pool.py``; 0: the whole pool always). A choice, not a shape an experiment needs
 
-    run_packets: int = RUN_PACKETS  # M: packets one port may start in one transmit round, one after another from one
-    #   queue (``systems.transmit.follow``; one with int_queue_with_packet). A choice, not a shape an experiment needs
+    run_packets: int = 1  # M: packets one port may start in one transmit round, one after another from one queue
+    #   (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS where some experiment
+    #   queues ACKs with data (packet.ack_class=data: trains form in one FIFO), else 1. A choice, not a shape
 
     @property
     def n_slots(self) -> int:

@@ -79,24 +79,28 @@ def while_any(cond, body, init, consts):
 
 
 def when_any(needed, fn, idle, consts):
-    """``fn(consts)`` where ``needed`` (() bool), else ``idle`` (a pytree like its result).
+    """``fn(consts, idle)`` where ``needed`` (() bool), else ``idle`` (a pytree like its
+    result; pass what ``fn`` updates in place, such as the packet pool, there and only
+    there, so that XLA need not copy it).
 
     Alone, or in a ``lax.map`` over experiments, a ``lax.cond``. Under vmap, where a cond
     on a per-experiment flag would run both branches and select, the batch runs ``fn``
     (vmapped) if any experiment needs it, else gives ``idle``: so for an experiment that
     does not need it, ``fn``'s result must act as ``idle`` does wherever it is used (e.g.
     transmit runs where no port runs: every write masked off). Pass every array ``fn``
-    reads in ``consts``, not in a closure.
+    reads in ``consts`` or ``idle``, not in a closure.
     """
 
     @custom_vmap
     def branch(needed, idle, consts):
-        return jax.lax.cond(needed, lambda idle, consts: fn(consts), lambda idle, consts: idle, idle, consts)
+        return jax.lax.cond(needed, lambda idle, consts: fn(consts, idle), lambda idle, consts: idle, idle, consts)
 
     @branch.def_vmap
     def branch_batched(axis_size, in_batched, needed, idle, consts):
         needed, idle, consts = _all_batched(axis_size, in_batched, (needed, idle, consts))
-        out = jax.lax.cond(jnp.any(needed), lambda idle, consts: jax.vmap(fn)(consts), lambda idle, consts: idle, idle, consts)
+        out = jax.lax.cond(
+            jnp.any(needed), lambda idle, consts: jax.vmap(fn)(consts, idle), lambda idle, consts: idle, idle, consts
+        )
         return out, jax.tree.map(lambda _: True, out)
 
     return branch(needed, idle, consts)

@@ -253,19 +253,28 @@ def class_ready(params: Params, order, head, offer_ready_ps):
     return jnp.concatenate([head_ps[:, :1], jnp.minimum(head_ps[:, 1:], offer_ready_ps)], axis=1)
 
 
-def follow(params: Params, state: State, order, head, end0, first: Departures, chosen, offer_ready_ps, window_end_ps) -> Rows:
+def follow(params: Params, state: State, order, head, end0, first: Departures, chosen, offer_ready_ps, window_end_ps, leave):
     """The runs behind every port's first departure ``first`` (class ``chosen`` (P,);
     ``state``: its ports after it; ``end0`` (Q,): one past each queue's packets arrived
     by its start; ``offer_ready_ps`` (P, C): each NIC port's offers, NEVER at switches):
     at the ports with the most packets behind it (``runners``), as many of their next R
     packets as the rounds after this one would start there, one a round (``behind``, cut
     by ``still_chosen`` and ``queues_behind``): arrays over (R, K), scans along the run,
-    no loop. None of it runs in a round where no port has a packet behind its first."""
+    no loop. None of it runs in a round where no port has a packet behind its first.
+
+    Returns the ``Rows`` and the pool with the runs' packets on the wire: ``leave(params,
+    packets, rows)`` writes them (``systems.transmit.leave``), in the same branch, so an
+    idle round writes nothing."""
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     chosen_queue = n_classes * jnp.arange(n_ports) + chosen
     n_behind = jnp.where(first.sends & ~first.creates, order.queue_end[chosen_queue] - head[chosen_queue] - 1, 0)
     consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps)
-    return lockstep.when_any(jnp.any(n_behind > 0), lambda consts: _rows(*consts), _idle(consts), consts)
+
+    def rows_and_pool(consts, idle):
+        rows = _rows(*consts)
+        return rows, leave(consts[0], idle[1], rows)
+
+    return lockstep.when_any(jnp.any(n_behind > 0), rows_and_pool, (_idle(consts), state.packets), consts)
 
 
 def _idle(consts) -> Rows:

@@ -279,6 +279,13 @@ def leave(params: Params, pkts: PacketState, dep: Departures, port, queue_bytes,
     return marking.record_telemetry(params, on_wire, at_switch, dep.slot, head_packet.hop, dep.start, tx_bytes, int_qlen, port)
 
 
+def leave_runs(params: Params, pkts: PacketState, rows: runs.Rows) -> PacketState:
+    """``leave`` for the packets of the runs (``rows``, (R, K) each; no HPCC queue looks
+    ahead where ports run: ``runs.run_rows``)."""
+    who = jnp.broadcast_to(rows.who, rows.dep.sends.shape)
+    return leave(params, pkts, rows.dep, who, rows.queue_bytes, rows.tx_bytes, rows.queue_bytes, rows.packet)
+
+
 def host_creates(params: Params, dep: Departures):
     """(H,) bool each host's NIC port puts a new data packet on the wire this round."""
     nic_port = params.nics.nic_port
@@ -332,12 +339,8 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     if runs.run_rows(params.static) > 1:  # the ports with packets behind their first start them too
         host, is_nic = _nic_host(params)
         offer_ready_ps = jnp.where(is_nic[:, None], offer.ready_ps[host], NEVER)  # (P, C)
-        rows = runs.follow(params, state, order, head, arrived, dep, chosen, offer_ready_ps, window_end_ps)
-        state = account_runs(params, state, rows)
-        who = jnp.broadcast_to(rows.who, rows.dep.sends.shape)
-        state = state.replace(
-            packets=leave(params, state.packets, rows.dep, who, rows.queue_bytes, rows.tx_bytes, rows.queue_bytes, rows.packet)
-        )
+        rows, packets = runs.follow(params, state, order, head, arrived, dep, chosen, offer_ready_ps, window_end_ps, leave_runs)
+        state = account_runs(params, state, rows).replace(packets=packets)
         served, arrived = served + rows.served, rows.ends
     state = nic_emit(params, state, offer, dep)
     # The queue a port served moves its pointer; a host that created a packet took its next free slot.
