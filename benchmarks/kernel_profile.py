@@ -7,7 +7,7 @@ PFC, ``switch.pipeline=serial``, as ``peers.htsim.our_config`` sets it) for
 in a ``jax.named_scope`` of its name) and, inside the transmit rounds, by the phase of
 ``serve_round`` (scopes added here, around the phase functions). It also counts the
 rounds of each window and the packets each port sent in it: a round per packet that
-the busiest port sends.
+the busiest port sends, but for the runs (``ops/runs.py``: phase ``follow``).
 
 Times under the profiler are inflated by its own cost per kernel (each kernel is
 recorded), so read the shares and the kernel counts, not the absolute times; the first
@@ -34,7 +34,7 @@ import numpy as np
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.config import experiment_from_config
-from multiverse_jax.ops import nic, queues
+from multiverse_jax.ops import nic, queues, runs
 from multiverse_jax.peers import htsim
 from multiverse_jax.peers.scenarios import permutation
 from multiverse_jax.systems import transmit
@@ -44,6 +44,7 @@ PHASES = {  # the functions a transmit round calls, by module
     transmit: ("class_heads", "start_times", "depart", "queue_at_end", "account", "leave", "nic_emit"),
     queues: ("arrived_bytes", "at_head"),
     nic: ("offer", "emit"),
+    runs: ("follow",),
 }
 CONTAINERS = re.compile(r"^(while|cond|call|ThunkExecutor|\$|PjitFunction|end:|ThreadpoolListener)")
 

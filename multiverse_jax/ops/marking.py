@@ -36,9 +36,10 @@ def ecn_mark(params: Params, queue_bytes, flow, seq, hop):
     return coin < red_probability(queue_bytes, cp.ecn_kmin_bytes, cp.ecn_kmax_bytes, cp.ecn_pmax)
 
 
-def record_telemetry(params: Params, pkts: PacketState, record, slot, pkt_hop, start_ps, tx_bytes, queue_bytes, port) -> PacketState:
+def record_telemetry(params: Params, pkts: PacketState, record, slot, pkt_hop, start_ps, tx_bytes, queue_bytes, port=None) -> PacketState:
     """Write one INT entry for each departure in ``record`` (N,): the hop of the packet in
-    ``slot`` (whose ``pkt_hop`` (N,) is the index of the link it leaves by) at ``port``.
+    ``slot`` (whose ``pkt_hop`` (N,) is the index of the link it leaves by) at ``port``
+    (N,) (None: one departure per port, (P,) arrays).
 
     Switch hop i is the packet's (i + 1)-th link (link 0 leaves the sender's NIC).
     """
@@ -46,6 +47,7 @@ def record_telemetry(params: Params, pkts: PacketState, record, slot, pkt_hop, s
     if n_hops == 0:  # no experiment of the batch runs HPCC: nothing reads telemetry
         return pkts
     hop = pkt_hop - 1
+    port = jnp.arange(params.static.n_ports, dtype=jnp.int32) if port is None else port
     row = jnp.where(record & (hop >= 0) & (hop < n_hops), slot, n_slots)
     col = jnp.clip(hop, 0, n_hops - 1)
     return pkts.replace(

@@ -13,8 +13,13 @@ window ends; or more packets arrived at the port than the run's queue count can 
 
 The run is work per port that runs, not per pool slot: up to ``run_ports`` ports with
 packets behind their first run (``runners``), ``run_rows`` - 1 packets each; the others
-start one packet this round and go on in the next. Which ports run changes no result, only how
-many rounds a window takes (``tests/test_golden.py``, ``tests/test_runs.py``).
+start one packet this round and go on in the next, and a round where no port has a
+packet behind its first runs none of it. Which ports run changes no result, only how many
+rounds a window takes (``tests/test_runs.py``). ``build_batch`` turns runs on
+(``Static.run_packets`` > 1) where ACKs queue with data, whose trains wait in one FIFO
+(htsim's configuration: 40 rounds a busy window become 7); with control-class ACKs strict
+priority cuts a run after a packet or two, and a round that runs costs more than the
+rounds it saves (README, Performance).
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ it starts whichever arrives first. Start times are exact:
 start = max(port free, packet arrival, PFC release); the last bit reaches the far end
 ``serialisation + link delay`` later, which is past the window because every link delay
 is at least the window. Each round (``serve_round``), all ports of all experiments start
-at most one packet; rounds repeat until no port can start another packet inside the
-window.
+one packet, and with ``Static.run_packets`` > 1 some ports also the packets queued behind
+it that the next rounds would start there (a run, ``ops/runs.py``); rounds repeat until
+no port can start another packet inside the window.
 
 Nothing joins a queue during the window (arrivals were queued by ``forward``), so the
 window starts by sorting the pool once into every class queue's service order
@@ -26,7 +27,9 @@ A round is a chain of phases, arrays over ports P, classes 1 + C and hosts H:
 ``class_heads`` (the candidate of each class queue) -> ``start_times`` (PFC and strict
 priority) -> ``depart`` (what each port starts, its wire size and times) -> ``account``
 (port counters, queue maxima and overflows, errors) -> ``leave`` (the packet goes on the wire, ECN
-mark and telemetry at switches) -> ``nic_emit`` (NICs create their new data packets).
+mark and telemetry at switches) -> ``runs.follow`` (the runs behind the first packets,
+their counters and pool writes: ``account_runs``, ``leave_runs``) -> ``nic_emit`` (NICs
+create their new data packets).
 """
 
 from __future__ import annotations
