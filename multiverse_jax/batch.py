@@ -118,14 +118,23 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         admit_entries=ADMIT_ENTRIES if any(e.cc == CcKind.hpcc and e.hpcc.pacing == HpccPacing.ticks for e in experiments) else 1,
         switch_serial=any(e.switch.pipeline == SwitchPipeline.serial for e in experiments),
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
-        # Runs pay where trains of packets wait in one FIFO: ACKs queued with data (htsim's
-        # configuration). With control-class ACKs, strict priority cuts them after a packet or two
-        # and a round that runs costs more than the rounds it saves (README, Performance).
-        run_packets=RUN_PACKETS if any(e.packet.ack_class == AckClass.data for e in experiments) else 1,
+        run_packets=_run_packets(experiments),
     )
     if flow_level:
         return static
     return dataclasses.replace(static, prefix_columns=default_prefix_columns(static.n_hosts, static.slots_per_host))
+
+
+def _run_packets(experiments) -> int:
+    """``Static.run_packets``: the largest ``sim.run_packets`` asked for, or by default
+    RUN_PACKETS where trains of packets wait in one FIFO, ACKs queued with data (htsim's
+    configuration), else 1. With control-class ACKs strict priority cuts runs after a packet
+    or two, and on a CPU a round that runs costs more than the rounds it saves (README,
+    Performance)."""
+    asked = max(e.sim.run_packets for e in experiments)
+    if asked:
+        return asked
+    return RUN_PACKETS if any(e.packet.ack_class == AckClass.data for e in experiments) else 1
 
 
 def _learned_restore(e: Experiment) -> bool:

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from conftest import SMALL, run_small
+from multiverse_jax.batch import needed_static
 from multiverse_jax.conf.schema import CcKind, PacketConfig, SimConfig, SwitchConfig
+from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import queues, runs
 from multiverse_jax.topology import fattree
@@ -71,6 +73,19 @@ def test_few_ports_running_equal_one_packet_a_round(one_a_round, monkeypatch):
     """Two ports may run a round, four packets each: most ports with packets behind wait."""
     monkeypatch.setattr(runs, "run_ports", lambda static: 2)
     assert_same([outcome(r) for r in run_small(EXPERIMENTS, run_packets=4, **SHAPES)], one_a_round)
+
+
+def test_sim_run_packets_chooses_runs_where_acks_queue_with_data():
+    """0 (the default) chooses: runs where an experiment queues ACKs with data; a value
+    asked for holds for the batch (its largest); out of range is an error naming the key."""
+    flows = make_flows([1], [0], [10_000])
+    control, data = (Experiment(FAT_TREE, flows, packet=PacketConfig(ack_class=c)) for c in ("control", "data"))
+    assert needed_static([control]).run_packets == 1
+    assert needed_static([control, data]).run_packets == runs.RUN_PACKETS
+    asked = Experiment(FAT_TREE, flows, sim=SimConfig(run_packets=4))
+    assert needed_static([control, asked]).run_packets == 4
+    with pytest.raises(InputError, match="sim.run_packets"):
+        SimConfig(run_packets=-1)
 
 
 def test_runners_full_runs_first_then_the_rest_in_port_order():

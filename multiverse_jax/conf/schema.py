@@ -555,9 +555,14 @@ class SimConfig(Group):
     max_time_us: float = 1_000_000.0  # stop (and fail) an experiment that runs past this
     sample_interval_us: float = 5.0  # time-series period in µs; 0 = off
     mode: SimMode = SimMode.packet  # packet | hybrid (one batch may mix them) | flow
+    # Packets a port may start in one transmit round from one FIFO (ops/runs.py; the largest of
+    # a batch): 0 chooses, 8 where ACKs queue with data (packet.ack_class=data), else 1. Same
+    # results, bit for bit; only the speed differs (README, Performance)
+    run_packets: int = 0
 
     def check(self) -> None:
         check_number("sim.seed", self.seed, low=0, integer=True)
+        check_number("sim.run_packets", self.run_packets, low=0, high=64, integer=True)
         check_number("sim.packets_per_host", self.packets_per_host, low=1, integer=True)
         check_number("sim.steps_per_call", self.steps_per_call, low=1, integer=True)
         if self.devices != "all":

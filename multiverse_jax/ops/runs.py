@@ -16,7 +16,7 @@ packets behind their first run (``runners``), ``run_rows`` - 1 packets each; the
 start one packet this round and go on in the next, and a round where no port has a
 packet behind its first runs none of it. Which ports run changes no result, only how many
 rounds a window takes (``tests/test_runs.py``). ``build_batch`` turns runs on
-(``Static.run_packets`` > 1) where ACKs queue with data, whose trains wait in one FIFO
+(``Static.run_packets`` > 1; ``sim.run_packets`` chooses otherwise) where ACKs queue with data, whose trains wait in one FIFO
 (htsim's configuration: 40 rounds a busy window become 7); with control-class ACKs strict
 priority cuts a run after a packet or two, and a round that runs costs more than the
 rounds it saves (README, Performance).
@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.components.ports import PortState
+from multiverse_jax.components.static import RUN_PACKETS  # noqa: F401  (the default run, re-exported)
 from multiverse_jax.ops import lockstep, pfc, queues
 from multiverse_jax.ops.packets import link_serialization_ps
 from multiverse_jax.ops.segments import prefix_sum
