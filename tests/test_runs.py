@@ -9,16 +9,20 @@ before each packet of a run."""
 import dataclasses
 from types import SimpleNamespace
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import SMALL, run_small
-from multiverse_jax.batch import needed_static
+from conftest import SMALL, padded_size, run_small
+from multiverse_jax import engine
+from multiverse_jax.batch import build_batch, needed_static
+from multiverse_jax.components.static import RUN_PACKETS
 from multiverse_jax.conf.schema import CcKind, PacketConfig, SimConfig, SwitchConfig
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import queues, runs
+from multiverse_jax.systems import transmit
 from multiverse_jax.topology import fattree
 from multiverse_jax.units import NEVER
 from multiverse_jax.workload.flows import make_flows
@@ -69,6 +73,29 @@ def test_runs_equal_one_packet_a_round(one_a_round):
     assert all(r["pfc_pauses"] > 0 for r in one_a_round)  # runs meet pauses
 
 
+def test_a_round_starts_trains_of_packets():
+    """The runs happen: in the busy windows of the experiments (the batch of the test
+    above, its compiled program), some port starts several packets in one round, with
+    ACKs in the data FIFO and with control ACKs alike."""
+    static = dataclasses.replace(SMALL, **SHAPES)
+    batch = build_batch(EXPERIMENTS, static=static, slots_per_host=static.slots_per_host, batch_size=padded_size(4))
+
+    @jax.jit
+    @jax.vmap
+    def most_in_one_round(params, state):
+        end = state.time_ps + params.window_ps
+        state = engine.systems_before("transmit", params, state, end)
+        serving, order, free, upcoming = transmit.window_start(params, state, end)
+        served = transmit.serve_round(params, serving, end, order, free, upcoming)
+        return jnp.max((served.head - serving.head).reshape(params.static.n_ports, -1).sum(axis=1))
+
+    state, most = batch.state, np.zeros(4, np.int64)
+    for _ in range(8):
+        state = engine.advance(batch.params, state, 8)
+        most = np.maximum(most, np.asarray(most_in_one_round(batch.params, state)))
+    assert most[0] > 1 and most[1] > 1, most
+
+
 def test_few_ports_running_equal_one_packet_a_round(one_a_round, monkeypatch):
     """Two ports may run a round, four packets each: most ports with packets behind wait."""
     monkeypatch.setattr(runs, "run_ports", lambda static: 2)
@@ -81,7 +108,7 @@ def test_sim_run_packets_chooses_runs_where_acks_queue_with_data():
     flows = make_flows([1], [0], [10_000])
     control, data = (Experiment(FAT_TREE, flows, packet=PacketConfig(ack_class=c)) for c in ("control", "data"))
     assert needed_static([control]).run_packets == 1
-    assert needed_static([control, data]).run_packets == runs.RUN_PACKETS
+    assert needed_static([control, data]).run_packets == RUN_PACKETS
     asked = Experiment(FAT_TREE, flows, sim=SimConfig(run_packets=4))
     assert needed_static([control, asked]).run_packets == 4
     with pytest.raises(InputError, match="sim.run_packets"):

@@ -17,32 +17,25 @@ def release_ps(params: Params, state: State, earliest_ps):
     ``earliest_ps`` must not precede the window start: the history reaches back to the
     decision in effect then (``Static.pfc_history`` covers the longest link delay).
     """
-    links = state.links
-    effective_ps = links.pfc_decided_ps + params.links.link_delay_ps[:, None]  # (P, L), chronological
-    # Slots never written (decided < 0, all "resume") come first, so the decisions in
-    # effect by then form a prefix of the history; the last of them holds.
-    in_effect = (links.pfc_decided_ps < 0) | (effective_ps <= earliest_ps[:, None])
-    n_in_effect = jnp.sum(in_effect, axis=1)
-    latest = jnp.take_along_axis(links.pfc_paused, jnp.maximum(n_in_effect - 1, 0)[:, None], axis=1)[:, 0]
-    paused = (n_in_effect > 0) & latest
-    # Decisions not yet in effect arrive later, in order: the first resume among them.
-    resume_ps = jnp.min(jnp.where(~in_effect & ~links.pfc_paused, effective_ps, NEVER), axis=1)
-    return jnp.where(paused, resume_ps, earliest_ps)
+    return held_until_ps(params, state.links, earliest_ps, slice(None))[0]
 
 
 def held_until_ps(params: Params, links, from_ps, ports):
-    """The PFC pauses of ``ports`` (K,) as seen from ``from_ps`` (K,) on (at or after the
-    window start), for many later instants at once: (K,) until when a pause in effect at
-    ``from_ps`` holds their data (its first resume; ``from_ps`` if none is in effect), and
-    (K,) when the next pause after it takes effect (NEVER if none). Before that next
-    pause, PFC releases a data packet ready at t at ``max(t, held until)`` (``release_bound``).
-    ``links``: ``State.links``."""
+    """The PFC pauses of ``ports`` (an index of K ports, or ``slice(None)``: all) as seen
+    from ``from_ps`` (K,) on, for many later instants at once: (K,) until when a pause in
+    effect at ``from_ps`` holds their data (its first resume; ``from_ps`` if none is in
+    effect: that is ``release_ps``), and (K,) when the next pause after it takes effect
+    (NEVER if none). Before that next pause, PFC releases a data packet ready at t at
+    ``max(t, held until)`` (``release_bound``). ``links``: ``State.links``."""
     decided_ps, paused_history = links.pfc_decided_ps[ports], links.pfc_paused[ports]
     effective_ps = decided_ps + params.links.link_delay_ps[ports][:, None]  # (K, L), chronological
+    # Slots never written (decided < 0, all "resume") come first, so the decisions in
+    # effect by then form a prefix of the history; the last of them holds.
     in_effect = (decided_ps < 0) | (effective_ps <= from_ps[:, None])
     n_in_effect = jnp.sum(in_effect, axis=1)
     latest = jnp.take_along_axis(paused_history, jnp.maximum(n_in_effect - 1, 0)[:, None], axis=1)[:, 0]
     paused = (n_in_effect > 0) & latest
+    # Decisions not yet in effect arrive later, in order: the first resume among them.
     resume_ps = jnp.min(jnp.where(~in_effect & ~paused_history, effective_ps, NEVER), axis=1)
     next_pause_ps = jnp.min(jnp.where(~in_effect & paused_history, effective_ps, NEVER), axis=1)
     return jnp.where(paused, resume_ps, from_ps), next_pause_ps

@@ -348,9 +348,8 @@ PROBES = 8
 
 
 def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
-    """(..., Q) int32 one past the last position of each queue, from its pointer ``head``
-    on, whose packet has arrived by ``at_ps`` ((..., Q) each: several sets of pointers and
-    instants at once), as a queue is sorted by arrival.
+    """(Q,) int32 one past the last position of each queue, from its pointer ``head`` on,
+    whose packet has arrived by ``at_ps`` (Q,), as a queue is sorted by arrival.
 
     Without ``hint``: a binary search, which stops once every search has ended, after
     log2 of the longest queue's length steps (not of the pool's: every transmit round
@@ -373,10 +372,10 @@ def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
         hint = jnp.clip(hint, head, end)
         low = jnp.where((hint == head) | (time_at(hint - 1) <= at_ps), hint, head)
         # A queue sorted by arrival: what has arrived from ``low`` on is a prefix.
-        probe = low[..., None] + jnp.arange(PROBES, dtype=low.dtype)  # (..., Q, PROBES)
-        seen = (probe < end[..., None]) & (time_at(probe) <= at_ps[..., None])
-        low = low + jnp.sum(seen, axis=-1, dtype=low.dtype)
-        more = seen[..., -1]  # every probe had arrived: the answer may lie further on
+        probe = low[:, None] + jnp.arange(PROBES, dtype=low.dtype)  # (Q, PROBES)
+        seen = (probe < end[:, None]) & (time_at(probe) <= at_ps[:, None])
+        low = low + jnp.sum(seen, axis=1, dtype=low.dtype)
+        more = seen[:, -1]  # every probe had arrived: the answer may lie further on
         high, step = jnp.where(more, end, low), more.astype(low.dtype)
 
     def narrow(bounds):
@@ -402,9 +401,9 @@ def arrived_by(order: ServiceOrder, head, at_ps, hint=None):
 
 
 def _bytes_per_port(order: ServiceOrder, head, end, n_ports: int):
-    """(..., P) int64 bytes at the positions [head, end) of each queue (..., Q), every class summed."""
+    """(P,) int64 bytes at the positions [head, end) of each queue (Q,), every class summed."""
     per_queue = order.bytes_before[end] - order.bytes_before[head]
-    return per_queue.reshape(head.shape[:-1] + (n_ports, head.shape[-1] // n_ports)).sum(axis=-1)
+    return per_queue.reshape(n_ports, head.shape[0] // n_ports).sum(axis=1)
 
 
 def queued_bytes(order: ServiceOrder, head, n_ports: int):
@@ -414,9 +413,8 @@ def queued_bytes(order: ServiceOrder, head, n_ports: int):
 
 
 def arrived_bytes(order: ServiceOrder, head, n_ports: int, at_ps, hint=None):
-    """(..., P) int64 the bytes of ``queued_bytes`` that have arrived by ``at_ps[..., port]``
-    (..., P) (as ``ops.packets.port_queue_bytes``; pointers ``head`` (..., Q)), and (..., Q)
-    one past each queue's last such position (``arrived_by``, ``hint`` passed on: the next
-    search's hint)."""
-    end = arrived_by(order, head, jnp.repeat(at_ps, head.shape[-1] // n_ports, axis=-1), hint)
+    """(P,) int64 the bytes of ``queued_bytes`` that have arrived by ``at_ps[port]`` (P,)
+    (as ``ops.packets.port_queue_bytes``), and (Q,) one past each queue's last such
+    position (``arrived_by``, ``hint`` passed on: the next search's hint)."""
+    end = arrived_by(order, head, jnp.repeat(at_ps, head.shape[0] // n_ports), hint)
     return _bytes_per_port(order, head, end, n_ports), end

@@ -31,7 +31,6 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.components.ports import PortState
-from multiverse_jax.components.static import RUN_PACKETS  # noqa: F401  (the default run, re-exported)
 from multiverse_jax.ops import lockstep, pfc, queues
 from multiverse_jax.ops.packets import link_serialization_ps
 from multiverse_jax.ops.segments import prefix_sum
@@ -70,23 +69,6 @@ def port_after(ports: PortState, dep: Departures) -> PortState:
         port_train_rank=jnp.where(sends, dep.rank, ports.port_train_rank),
         port_last_scheduled_ps=jnp.where(sends, dep.scheduled_ps, ports.port_last_scheduled_ps),
     )
-
-
-def class_starts(params: Params, state: State, free_ps, ready_ps, window_start_ps):
-    """(P, 1 + C) when each class of each port can start, the port falling free at
-    ``free_ps`` (P,) and the classes' candidates available at ``ready_ps`` (P, 1 + C).
-
-    A class can start at max(port free, candidate available), and a data class not before
-    its PFC release. A data packet that could have started before the window would have
-    started in the previous one, unless PFC held it: its start is at least the window
-    start, which is also as far back as the PFC history must reach.
-    """
-    ctrl_start = jnp.maximum(free_ps, ready_ps[:, 0])
-    data_start = [
-        pfc.release_ps(params, state, jnp.maximum(jnp.maximum(free_ps, ready_ps[:, 1 + c]), window_start_ps))
-        for c in range(params.static.n_data_classes)
-    ]
-    return jnp.stack([ctrl_start] + data_start, axis=1)
 
 
 def run_rows(static) -> int:

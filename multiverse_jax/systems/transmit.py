@@ -100,10 +100,22 @@ def _nic_ack_first(params: Params, state: State, ack_ps, offer_ps, window_start_
 
 def start_times(params: Params, state: State, ready_ps, window_start_ps):
     """Each port's start time (P,) int64 and chosen class (P,) int32 in 0..C, from the
-    availability of its class candidates ``ready_ps`` (P, 1 + C) (``runs.class_starts``)."""
-    class_start = runs.class_starts(params, state, state.ports.port_free_ps, ready_ps, window_start_ps)
+    availability of its class candidates ``ready_ps`` (P, 1 + C).
+
+    A class can start at max(port free, candidate available), and a data class not before
+    its PFC release. A data packet that could have started before the window would have
+    started in the previous one, unless PFC held it: its start is at least the window
+    start, which is also as far back as the PFC history must reach.
+    """
+    free_ps = state.ports.port_free_ps
+    ctrl_start = jnp.maximum(free_ps, ready_ps[:, 0])
+    data_start = [
+        pfc.release_ps(params, state, jnp.maximum(jnp.maximum(free_ps, ready_ps[:, 1 + c]), window_start_ps))
+        for c in range(params.static.n_data_classes)
+    ]
     # Non-preemptive strict priority: the class that can start first; among classes that
     # can start at the same time (all waiting when the port falls free), the highest.
+    class_start = jnp.stack([ctrl_start] + data_start, axis=1)  # (P, 1 + C)
     chosen = jnp.argmin(class_start, axis=1)  # ties go to the lowest class: control, then priority 0
     return jnp.min(class_start, axis=1), chosen
 
@@ -131,26 +143,19 @@ def depart(
     slot = class_slot
     is_data = creates | ~head_packet.is_ack
     wire_bytes = jnp.where(creates, offer.wire_bytes[host, data_class], head_packet.wire_bytes)
-    arriving_rank = jnp.where(creates, offer.flow[host, data_class], head_packet.rank)
-    return Departures(
-        start, use_ctrl, data_class, sends, is_data, creates, pool_full, slot, wire_bytes,
-        *_on_wire(params, state.ports, start, wire_bytes, class_ready_ps, arriving_rank),
-    )  # fmt: skip
-
-
-def _on_wire(params: Params, ports, start, wire_bytes, available_ps, arriving_rank):
-    """The ``Departures`` fields from ``ser_ps`` on, (P,) each, of packets of ``wire_bytes``
-    that ports whose state is ``ports`` start at ``start`` (available at the port at
-    ``available_ps``, of rank ``arriving_rank``)."""
     ser_ps = serialization_ps(wire_bytes, params.links.link_rate_bps)
     arrival_ps = start + ser_ps + params.links.link_delay_ps
     # A link delivers in order: the arrival is scheduled when the last bit leaves, or, while
     # the previous packet is still on the wire, when that one arrives (htsim's Pipe).
-    scheduled_ps = jnp.maximum(start + ser_ps, ports.port_last_arrival_ps)
-    fresh_link = start + ser_ps >= ports.port_last_arrival_ps
-    prior_ps = jnp.where(fresh_link, start, ports.port_last_scheduled_ps)
-    busy_rank, rank = _ranks(ports, available_ps, arriving_rank, start + ser_ps)
-    return ser_ps, arrival_ps, scheduled_ps, prior_ps, busy_rank, rank
+    scheduled_ps = jnp.maximum(start + ser_ps, state.ports.port_last_arrival_ps)
+    fresh_link = start + ser_ps >= state.ports.port_last_arrival_ps
+    prior_ps = jnp.where(fresh_link, start, state.ports.port_last_scheduled_ps)
+    arriving_rank = jnp.where(creates, offer.flow[host, data_class], head_packet.rank)
+    busy_rank, rank = _ranks(state.ports, class_ready_ps, arriving_rank, start + ser_ps)
+    return Departures(
+        start, use_ctrl, data_class, sends, is_data, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps,
+        scheduled_ps, prior_ps, busy_rank, rank,
+    )  # fmt: skip
 
 
 def _ranks(ports, available_ps, arriving_rank, last_bit_ps):
@@ -253,7 +258,7 @@ def leave(params: Params, pkts: PacketState, dep: Departures, port, queue_bytes,
     a data packet leaving a switch is ECN-marked (RED on the queue it leaves behind) and
     records its in-band telemetry for this hop (``tx_bytes``: the port's bytes sent,
     this packet included; the queue it leaves behind, or ``int_queue`` with
-    hpcc.int_queue=with_packet).
+    hpcc.int_queue=with_packet; None: never wanted).
 
     A NIC's new packet (``dep.creates``) goes on the wire here too, in the free slot it
     takes: its wire fields and its cleared ECN mark are written with the departures', so
@@ -278,15 +283,15 @@ def leave(params: Params, pkts: PacketState, dep: Departures, port, queue_bytes,
         # Marked at this hop, or new (unmarked); a queued packet not marked here keeps its mark.
         pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked | dep.creates, dep.slot, n_slots)].set(marked, mode="drop"),
     )
-    int_qlen = jnp.where(int_queue_wanted(params), int_queue, left_behind)
+    int_qlen = left_behind if int_queue is None else jnp.where(int_queue_wanted(params), int_queue, left_behind)
     return marking.record_telemetry(params, on_wire, at_switch, dep.slot, head_packet.hop, dep.start, tx_bytes, int_qlen, port)
 
 
 def leave_runs(params: Params, pkts: PacketState, rows: runs.Rows) -> PacketState:
-    """``leave`` for the packets of the runs (``rows``, (R, K) each; no HPCC queue looks
+    """``leave`` for the packets of the runs (``rows``, (R, K) each; no telemetry looks
     ahead where ports run: ``runs.run_rows``)."""
     who = jnp.broadcast_to(rows.who, rows.dep.sends.shape)
-    return leave(params, pkts, rows.dep, who, rows.queue_bytes, rows.tx_bytes, rows.queue_bytes, rows.packet)
+    return leave(params, pkts, rows.dep, who, rows.queue_bytes, rows.tx_bytes, None, rows.packet)
 
 
 def host_creates(params: Params, dep: Departures):
