@@ -82,11 +82,12 @@ def op_names(compiled_text: str) -> dict[str, str]:
 
 
 def group_of(op_name: str, systems: list[str]) -> tuple[str, str]:
-    """(system, transmit phase or '') of an instruction's op_name."""
-    parts = op_name.split("/")
+    """(system, transmit phase or '') of an instruction's op_name (a scope traced under
+    vmap is named ``vmap(<scope>)``)."""
+    parts = [re.sub(r"^vmap\((.*)\)$", r"\1", part) for part in op_name.split("/")]
     system = next((p for p in reversed(parts) if p in systems), "(engine loop, copies)")
     phase = "/".join(p.removeprefix("phase:") for p in parts if p.startswith("phase:"))
-    in_round = system == "transmit" and "while/body" in op_name.split("transmit/", 1)[-1]
+    in_round = system == "transmit" and "while/body" in re.split(r"transmit\)?/", op_name, maxsplit=1)[-1]
     return system, (phase or "serve_round itself") if in_round else ""
 
 

@@ -3,8 +3,8 @@
 Runs a k-ary fat-tree permutation batch for a while (so queues and PFC are busy), then
 times each system of the step, in the engine's order (``engine.SYSTEMS``: ``forward``,
 ``receive``, ``cc``, ``ack``, ``complete``, ``schedule``, ``transmit`` (the serve rounds),
-``pfc``, ``sample``, ``clock``) and the whole step, each jitted and vmapped over the
-batch on its own. Then it counts, over the next windows, the transmit rounds each
+``pfc``, ``sample``, ``clock``) and the whole step, each jitted on its own, vmapped over the
+batch and in a ``lax.map`` over it (the two batching modes). Then it counts, over the next windows, the transmit rounds each
 experiment needs and the rounds the batch runs (the largest of the batch, as a vmapped
 while-loop runs in lockstep). Prints a table and writes JSON.
 
@@ -107,14 +107,22 @@ def main() -> None:
 
     rows = []
     for name, system in SYSTEMS.items():
-        fn = jax.jit(jax.vmap(system))
-        seconds = time_call(fn, batch.params, state, repeats=args.repeats)
-        rows.append({"system": name, "ms_per_window": seconds * 1e3})
+        vmapped = jax.jit(jax.vmap(system))
+        mapped = jax.jit(lambda p, s, system=system: jax.lax.map(lambda one: system(*one), (p, s)))
+        rows.append(
+            {
+                "system": name,
+                "ms_per_window": time_call(vmapped, batch.params, state, repeats=args.repeats) * 1e3,
+                "map_ms_per_window": time_call(mapped, batch.params, state, repeats=args.repeats) * 1e3,
+            }
+        )
     total = rows[-1]["ms_per_window"]
     print(f"k={args.k} E={args.experiments} slots/host={args.slots_per_host}: {queued} packets queued, {in_flight} in flight")
-    print(f"{'system':12s} {'ms/window':>10s} {'share':>7s}")
+    print("ms per window of the batch, each system jitted on its own: vmap (share of the step), map, vmap/map")
+    print(f"{'system':12s} {'vmap ms':>9s} {'share':>7s} {'map ms':>9s} {'vmap/map':>9s}")
     for row in rows:
-        print(f"{row['system']:12s} {row['ms_per_window']:10.3f} {row['ms_per_window'] / total:7.1%}")
+        vmap_ms, map_ms = row["ms_per_window"], row["map_ms_per_window"]
+        print(f"{row['system']:12s} {vmap_ms:9.3f} {vmap_ms / total:7.1%} {map_ms:9.3f} {vmap_ms / map_ms:9.2f}")
     rounds, busy = [], state
     for _ in range(args.round_windows):
         rounds.append(np.asarray(transmit_rounds(batch.params, busy)[0]))

@@ -119,6 +119,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         switch_serial=any(e.switch.pipeline == SwitchPipeline.serial for e in experiments),
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
         run_packets=_run_packets(experiments),
+        lockstep_experiments=max(e.sim.lockstep_experiments for e in experiments),
     )
     if flow_level:
         return static
@@ -195,7 +196,8 @@ def build_batch(
                 f"the given shapes are for the {'flow' if static.flow_level else 'packet'}-level step, "
                 f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
             )
-        choices = {"prefix_columns", "run_packets"}  # not shapes an experiment needs (ops/pool.py, systems/transmit.py)
+        # Not shapes an experiment needs (ops/pool.py, systems/transmit.py, engine.py).
+        choices = {"prefix_columns", "run_packets", "lockstep_experiments"}
         small = [
             f.name for f in dataclasses.fields(Static)
             if f.name not in choices and getattr(static, f.name) < getattr(needed, f.name)

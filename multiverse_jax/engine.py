@@ -200,7 +200,8 @@ def _advance(params: Params, state: State, n_steps, batching: str = "auto") -> S
     ``batching`` (see ``resolve_batching``):
 
     * ``vmap``: every step advances all experiments together, as wide arrays; an
-      experiment that has stopped is kept as it is (``lax.cond`` under vmap selects).
+      experiment that has stopped is kept as it is (``lax.cond`` under vmap selects). A
+      batch wider than ``lockstep_block`` runs as blocks of that many, one after another.
     * ``map``: a loop over the experiments, each running its own steps until it stops
       or has run ``n_steps``; each experiment's state stays one loop carry throughout.
     """
@@ -211,7 +212,43 @@ def _advance(params: Params, state: State, n_steps, batching: str = "auto") -> S
             return _steps_until_stopped(step, p, s, n_steps, batched=False)
 
         return jax.lax.map(one_experiment, (params, state))
-    return _steps_until_stopped(jax.vmap(_step_if_running), params, state, n_steps, batched=True)
+
+    def in_lockstep(params_and_state):
+        p, s = params_and_state
+        return _steps_until_stopped(jax.vmap(_step_if_running), p, s, n_steps, batched=True)
+
+    n_experiments = state.time_ps.shape[0]
+    block = lockstep_block(params.static, n_experiments)
+    if block == n_experiments:
+        return in_lockstep((params, state))
+    blocks = jax.tree.map(lambda x: x.reshape((n_experiments // block, block) + x.shape[1:]), (params, state))
+    out = jax.lax.map(in_lockstep, blocks)
+    return jax.tree.map(lambda x: x.reshape((n_experiments,) + x.shape[2:]), out)
+
+
+LOCKSTEP_SLOTS_ON_CPU = 1 << 18  # packet slots of the experiments a CPU steps in lockstep at once (all their pools)
+
+
+def lockstep_block(static, n_experiments: int) -> int:
+    """Experiments a vmap batch of ``n_experiments`` steps in lockstep at once: blocks of
+    this many run one after another, each until its own experiments stop.
+
+    ``Static.lockstep_experiments`` if set, else by backend. An accelerator steps the whole
+    batch at once: its width is what fills the device. A CPU steps at most
+    ``LOCKSTEP_SLOTS_ON_CPU`` packet slots' worth of experiments at once: a system's pass over
+    a pool of a million slots (64 experiments of 16,384) streams its columns from memory, one
+    over a quarter of that works in cache (k=8 permutation, E = 64, 20 windows on the 2-core
+    CPU: 2.88 s all at once, 2.46-2.49 s in blocks of 8 or 16, 2.57 s of 32; ``map`` 2.36 s).
+    The block is the largest divisor of ``n_experiments`` not above that, so blocks are equal
+    (one compiled program); a batch of a prime count on a CPU steps one by one.
+    """
+    if static.lockstep_experiments:
+        most = static.lockstep_experiments
+    elif jax.default_backend() == "cpu":
+        most = max(1, LOCKSTEP_SLOTS_ON_CPU // static.n_slots)
+    else:
+        most = n_experiments
+    return max(b for b in range(1, min(most, n_experiments) + 1) if n_experiments % b == 0)
 
 
 _advance_compiled = jax.jit(_advance, static_argnames=("batching",))

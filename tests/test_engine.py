@@ -11,6 +11,7 @@ from conftest import SMALL, padded_size, run_small, wire_sizes
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch, needed_static
 from multiverse_jax.conf.schema import SimConfig, SwitchConfig
+from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.simulate import results, simulate
 from multiverse_jax.topology import fattree, leafspine
@@ -128,10 +129,14 @@ def _mixed_experiments():
     return exps
 
 
-@pytest.mark.parametrize("batching", ["vmap", "map"])
+@pytest.mark.parametrize("batching", ["vmap", "map", "vmap in blocks"])
 def test_batch_equals_each_experiment_alone(batching):
     exps = _mixed_experiments()
-    together = run_small(exps, batching=batching)
+    if batching == "vmap in blocks":  # two blocks of two in lockstep, one after the other
+        assert engine.lockstep_block(dataclasses.replace(SMALL, lockstep_experiments=2), len(exps)) == 2
+        together = run_small(exps, batching="vmap", lockstep_experiments=2)
+    else:
+        together = run_small(exps, batching=batching)
     # Alone: at the shapes its topology's experiments need (not SMALL's padding): the
     # fat-trees' (one program for three) and the leaf-spine's. Without HPCC those have no
     # telemetry columns (int_hops 0, transmit records none), SMALL has one.
@@ -146,6 +151,26 @@ def test_batch_equals_each_experiment_alone(batching):
         np.testing.assert_array_equal(batched.port_max_queue_bytes, alone.port_max_queue_bytes)
         assert batched.summary["n_packet_hops"] == alone.summary["n_packet_hops"]
         assert batched.summary["n_windows"] == alone.summary["n_windows"]
+
+
+def test_lockstep_block_divides_the_batch():
+    """Blocks are equal (the largest divisor of E within the limit); a CPU takes a cache's
+    worth of pools, an explicit ``sim.lockstep_experiments`` is taken as a limit."""
+    asked = lambda b: dataclasses.replace(SMALL, lockstep_experiments=b)  # noqa: E731
+    assert engine.lockstep_block(asked(16), 64) == 16
+    assert engine.lockstep_block(asked(10), 64) == 8
+    assert engine.lockstep_block(asked(16), 61) == 1  # a prime count: one at a time
+    assert engine.lockstep_block(asked(100), 12) == 12
+    flows = make_flows([1], [0], [10_000])
+    assert needed_static([Experiment(K4, flows)]).lockstep_experiments == 0  # 0: by backend
+    assert needed_static([Experiment(K4, flows), Experiment(K4, flows, sim=SimConfig(lockstep_experiments=8))]).lockstep_experiments == 8
+    with pytest.raises(InputError, match="sim.lockstep_experiments"):
+        SimConfig(lockstep_experiments=-2)
+    pool = dataclasses.replace(SMALL, slots_per_host=1024, n_hosts=16)  # 16,384 slots an experiment
+    if jax.default_backend() == "cpu":
+        assert engine.lockstep_block(pool, 64) == engine.LOCKSTEP_SLOTS_ON_CPU // pool.n_slots == 16
+    else:
+        assert engine.lockstep_block(pool, 64) == 64
 
 
 def test_new_parameters_same_shapes_do_not_retrace():

@@ -559,10 +559,15 @@ class SimConfig(Group):
     # a batch): 0 chooses, 8 where ACKs queue with data (packet.ack_class=data), else 1. Same
     # results, bit for bit; only the speed differs (README, Performance)
     run_packets: int = 0
+    # sim.batching=vmap: experiments stepped in lockstep at once, blocks of them one after another
+    # (engine.lockstep_block; the largest of a batch): 0 chooses, the whole batch on an
+    # accelerator, a cache's worth of packet pools on a CPU. Same results, bit for bit
+    lockstep_experiments: int = 0
 
     def check(self) -> None:
         check_number("sim.seed", self.seed, low=0, integer=True)
         check_number("sim.run_packets", self.run_packets, low=0, high=64, integer=True)
+        check_number("sim.lockstep_experiments", self.lockstep_experiments, low=0, integer=True)
         check_number("sim.packets_per_host", self.packets_per_host, low=1, integer=True)
         check_number("sim.steps_per_call", self.steps_per_call, low=1, integer=True)
         if self.devices != "all":
