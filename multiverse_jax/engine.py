@@ -127,38 +127,31 @@ def resolve_batching(batching: str) -> str:
     return batching
 
 
+def _running(state: State):
+    """Bool (per experiment of ``state``, one or a batch): not finished, not failed, and
+    short of the window it stops at in this ``advance`` call."""
+    return ~state.done & (state.error == 0) & (state.n_windows < state.stop_window)
+
+
 def _step_if_running(params: Params, state: State) -> State:
-    """One window, or nothing for an experiment that has finished or failed."""
-    stopped = state.done | (state.error != 0)
-    return jax.lax.cond(stopped, lambda: state, lambda: step(params, state))
+    """One window, or nothing for an experiment that is not running."""
+    return jax.lax.cond(_running(state), lambda: step(params, state), lambda: state)
 
 
-def _going(steps_done, state: State, n_steps):
-    """() bool fewer than ``n_steps`` windows are done and some experiment of ``state``
-    (one, or a batch) has not finished or failed."""
-    return (steps_done < n_steps) & ~jnp.all(state.done | (state.error != 0))
+def _windows(step_fn, params: Params, state: State, more=None) -> State:
+    """``step_fn(params, state)`` while some experiment of ``state`` (one, or a batch) is
+    running and ``more(params, state)`` holds (if given)."""
 
-
-def _windows(step_fn, params: Params, state: State, steps_done, n_steps, more=None):
-    """``step_fn(params, state)`` while fewer than ``n_steps`` windows are done, some
-    experiment of ``state`` (one, or a batch) has not finished or failed, and ``more(params,
-    state)`` holds (if given); returns the windows done (from ``steps_done``) and the state."""
-
-    def running(carry):
-        steps, s = carry
-        go = _going(steps, s, n_steps)
+    def going(s):
+        go = jnp.any(_running(s))
         return go if more is None else go & more(params, s)
 
-    def body(carry):
-        steps, s = carry
-        return steps + 1, step_fn(params, s)
-
-    return jax.lax.while_loop(running, body, (steps_done, state))
+    return jax.lax.while_loop(going, lambda s: step_fn(params, s), state)
 
 
-def _steps_until_stopped(step_fn, params: Params, state: State, n_steps, batched: bool) -> State:
-    """Apply ``step_fn(params, state)`` up to ``n_steps`` times, stopping early once every
-    experiment in ``state`` (one, or a batch: ``batched``) has finished or failed.
+def _steps_until_stopped(step_fn, params: Params, state: State, batched: bool, more=None) -> State:
+    """Apply ``step_fn(params, state)`` while some experiment in ``state`` (one, or a
+    batch: ``batched``) is running and ``more(params, state)`` holds (if given).
 
     With a live prefix (``Static.prefix_columns``, ``ops/pool.py``), the windows run on
     the whole pool while some running experiment's next window does not fit in the
@@ -170,25 +163,24 @@ def _steps_until_stopped(step_fn, params: Params, state: State, n_steps, batched
     """
     columns = params.static.prefix_columns
     if not columns:
-        return _windows(step_fn, params, state, jnp.int32(0), n_steps)[1]
+        return _windows(step_fn, params, state, more)
     each = jax.vmap if batched else (lambda f: f)
+    also = (lambda p, s: True) if more is None else more
 
     def fits(p, s):
         """() bool every experiment still running fits its next window in the prefix."""
-        return jnp.all(each(lambda p_, s_: pool.prefix_fits(p_, s_, columns))(p, s) | s.done | (s.error != 0))
+        return jnp.all(each(lambda p_, s_: pool.prefix_fits(p_, s_, columns))(p, s) | ~_running(s))
 
-    def on_prefix(steps, s):
+    def on_prefix(s):
         small_params, small = each(lambda p_, s_: pool.shrink(p_, s_, columns))(params, s)
-        steps, small = _windows(step_fn, small_params, small, steps, n_steps, fits)
-        return steps, each(lambda s_, small_: pool.grow(params.static, s_, small_))(s, small)
+        small = _windows(step_fn, small_params, small, lambda p, s_: fits(p, s_) & also(p, s_))
+        return each(lambda s_, small_: pool.grow(params.static, s_, small_))(s, small)
 
-    def on_whole_pool(steps, s):
-        return _windows(step_fn, params, s, steps, n_steps, lambda p, s_: ~fits(p, s_))
+    def on_whole_pool(s):
+        return _windows(step_fn, params, s, lambda p, s_: ~fits(p, s_) & also(p, s_))
 
-    def stretches(carry):
-        return on_prefix(*on_whole_pool(*carry))
-
-    return jax.lax.while_loop(lambda carry: _going(*carry, n_steps), stretches, (jnp.int32(0), state))[1]
+    going = lambda s: jnp.any(_running(s)) & also(params, s)  # noqa: E731
+    return jax.lax.while_loop(going, lambda s: on_prefix(on_whole_pool(s)), state)
 
 
 def _advance(params: Params, state: State, n_steps, batching: str = "auto") -> State:
@@ -199,39 +191,92 @@ def _advance(params: Params, state: State, n_steps, batching: str = "auto") -> S
     compile-time constant: one window at a time and 64 per call are the same program.
     ``batching`` (see ``resolve_batching``):
 
-    * ``vmap``: every step advances all experiments together, as wide arrays; an
-      experiment that has stopped is kept as it is (``lax.cond`` under vmap selects). A
-      batch wider than ``lockstep_block`` runs as blocks of that many, one after another.
+    * ``vmap``: experiments step together, as wide arrays, in lanes (``_in_lanes``): an
+      experiment that has stopped leaves its lane to the next one waiting.
     * ``map``: a loop over the experiments, each running its own steps until it stops
       or has run ``n_steps``; each experiment's state stays one loop carry throughout.
     """
+    state = state.replace(stop_window=state.n_windows + n_steps)
     if resolve_batching(batching) == "map":
 
         def one_experiment(params_and_state):
             p, s = params_and_state
-            return _steps_until_stopped(step, p, s, n_steps, batched=False)
+            return _steps_until_stopped(step, p, s, batched=False)
 
         return jax.lax.map(one_experiment, (params, state))
-
-    def in_lockstep(params_and_state):
-        p, s = params_and_state
-        return _steps_until_stopped(jax.vmap(_step_if_running), p, s, n_steps, batched=True)
-
     n_experiments = state.time_ps.shape[0]
-    block = lockstep_block(params.static, n_experiments)
-    if block == n_experiments:
-        return in_lockstep((params, state))
-    blocks = jax.tree.map(lambda x: x.reshape((n_experiments // block, block) + x.shape[1:]), (params, state))
-    out = jax.lax.map(in_lockstep, blocks)
-    return jax.tree.map(lambda x: x.reshape((n_experiments,) + x.shape[2:]), out)
+    n_lanes = lockstep_lanes(params.static, n_experiments)
+    if n_lanes == n_experiments:
+        return _steps_until_stopped(jax.vmap(_step_if_running), params, state, batched=True)
+    return _in_lanes(params, state, n_lanes)
+
+
+def _take(tree, index):
+    """Every leaf's rows ``index`` (leading axis)."""
+    return jax.tree.map(lambda x: x[index], tree)
+
+
+def _in_lanes(params: Params, state: State, n_lanes: int) -> State:
+    """The batch's running experiments stepped in lockstep ``n_lanes`` at a time.
+
+    Each lane holds one experiment (its params and state gathered from the batch) and
+    steps it while it runs; when one stops (finished, failed or at its last window of the
+    call), the lanes' windows pause, the stopped experiments' states go back to the batch
+    and the next running experiments take their lanes. So an experiment that has stopped
+    is not stepped beside the others for the rest of the call, only while the last lanes
+    finish: lockstep waste is the batch's tail (64 k=8 permutations need 105 windows on
+    average, the slowest 141), which this bounds by a lane's. A swap is a scatter of the
+    stopped lanes' rows into the batch and a gather of the next ones.
+    """
+    n_experiments = state.time_ps.shape[0]
+    running = _running(state)
+    queue = jnp.argsort(~running, stable=True).astype(jnp.int32)  # the running ones first, in batch order
+    n_running = jnp.sum(running, dtype=jnp.int32)
+
+    def fill(batch, lane_of, lane_params, lane_state, lanes_free, taken):
+        """Lanes ``lanes_free`` take the next experiments of the queue (none left: empty,
+        marked done); returns the lanes and how many experiments the queue has given."""
+        position = taken + jnp.cumsum(lanes_free, dtype=jnp.int32) - 1
+        given = lanes_free & (position < n_running)
+        lane_of = jnp.where(lanes_free, jnp.where(given, queue[jnp.clip(position, 0, n_experiments - 1)], n_experiments), lane_of)
+        row = jnp.minimum(lane_of, n_experiments - 1)
+        # A lane left empty keeps its stopped experiment's copy (done: never written back).
+        pick = lambda new, old: jnp.where(given.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
+        lane_params = jax.tree.map(pick, _take(params, row), lane_params)
+        lane_state = jax.tree.map(pick, _take(batch, row), lane_state)
+        lane_state = lane_state.replace(done=lane_state.done | (lane_of == n_experiments))
+        return lane_of, lane_params, lane_state, taken + jnp.sum(given, dtype=jnp.int32)
+
+    def swap(carry):
+        """Stopped lanes' states back to the batch, the next experiments into their lanes."""
+        batch, lane_of, lane_params, lane_state, taken = carry
+        stopped = (lane_of < n_experiments) & ~_running(lane_state)
+        back = jnp.where(stopped, lane_of, n_experiments)  # others: dropped
+        batch = jax.tree.map(lambda b, l: b.at[back].set(l, mode="drop"), batch, lane_state)
+        return (batch,) + fill(batch, lane_of, lane_params, lane_state, stopped, taken)
+
+    def windows(carry):
+        """The lanes' windows until one of their experiments stops. Every occupied lane
+        runs in them, so each steps with no select against its old state (4-5 % of a
+        window at k=8); an empty lane steps a copy that is never read."""
+        batch, lane_of, lane_params, lane_state, taken = carry
+        occupied = lane_of < n_experiments
+        all_running = lambda p, s: jnp.all(_running(s) | ~occupied)  # noqa: E731
+        lane_state = _steps_until_stopped(jax.vmap(step), lane_params, lane_state, True, all_running)
+        return batch, lane_of, lane_params, lane_state, taken
+
+    none = jnp.zeros(n_lanes, jnp.int32)  # placeholders: every lane is free and takes from the queue's head
+    lanes = fill(state, none, _take(params, none), _take(state, none), jnp.ones(n_lanes, bool), jnp.int32(0))
+    carry = (state,) + lanes
+    carry = jax.lax.while_loop(lambda c: jnp.any(c[1] < n_experiments), lambda c: swap(windows(c)), carry)
+    return carry[0]
 
 
 LOCKSTEP_SLOTS_ON_CPU = 1 << 18  # packet slots of the experiments a CPU steps in lockstep at once (all their pools)
 
 
-def lockstep_block(static, n_experiments: int) -> int:
-    """Experiments a vmap batch of ``n_experiments`` steps in lockstep at once: blocks of
-    this many run one after another, each until its own experiments stop.
+def lockstep_lanes(static, n_experiments: int) -> int:
+    """Experiments a vmap batch of ``n_experiments`` steps in lockstep at once (``_in_lanes``).
 
     ``Static.lockstep_experiments`` if set, else by backend. An accelerator steps the whole
     batch at once: its width is what fills the device. A CPU steps at most
@@ -239,8 +284,6 @@ def lockstep_block(static, n_experiments: int) -> int:
     a pool of a million slots (64 experiments of 16,384) streams its columns from memory, one
     over a quarter of that works in cache (k=8 permutation, E = 64, 20 windows on the 2-core
     CPU: 2.88 s all at once, 2.46-2.49 s in blocks of 8 or 16, 2.57 s of 32; ``map`` 2.36 s).
-    The block is the largest divisor of ``n_experiments`` not above that, so blocks are equal
-    (one compiled program); a batch of a prime count on a CPU steps one by one.
     """
     if static.lockstep_experiments:
         most = static.lockstep_experiments
@@ -248,7 +291,7 @@ def lockstep_block(static, n_experiments: int) -> int:
         most = max(1, LOCKSTEP_SLOTS_ON_CPU // static.n_slots)
     else:
         most = n_experiments
-    return max(b for b in range(1, min(most, n_experiments) + 1) if n_experiments % b == 0)
+    return min(most, n_experiments)
 
 
 _advance_compiled = jax.jit(_advance, static_argnames=("batching",))

@@ -129,11 +129,11 @@ def _mixed_experiments():
     return exps
 
 
-@pytest.mark.parametrize("batching", ["vmap", "map", "vmap in blocks"])
+@pytest.mark.parametrize("batching", ["vmap", "map", "vmap in lanes"])
 def test_batch_equals_each_experiment_alone(batching):
     exps = _mixed_experiments()
-    if batching == "vmap in blocks":  # two blocks of two in lockstep, one after the other
-        assert engine.lockstep_block(dataclasses.replace(SMALL, lockstep_experiments=2), len(exps)) == 2
+    if batching == "vmap in lanes":  # two lanes in lockstep: each experiment that stops gives its lane to the next
+        assert engine.lockstep_lanes(dataclasses.replace(SMALL, lockstep_experiments=2), len(exps)) == 2
         together = run_small(exps, batching="vmap", lockstep_experiments=2)
     else:
         together = run_small(exps, batching=batching)
@@ -153,14 +153,12 @@ def test_batch_equals_each_experiment_alone(batching):
         assert batched.summary["n_windows"] == alone.summary["n_windows"]
 
 
-def test_lockstep_block_divides_the_batch():
-    """Blocks are equal (the largest divisor of E within the limit); a CPU takes a cache's
-    worth of pools, an explicit ``sim.lockstep_experiments`` is taken as a limit."""
+def test_lockstep_lanes_by_backend_or_asked():
+    """A CPU steps a cache's worth of pools in lockstep, an accelerator the whole batch; an
+    explicit ``sim.lockstep_experiments`` (the batch's largest) holds, up to the batch."""
     asked = lambda b: dataclasses.replace(SMALL, lockstep_experiments=b)  # noqa: E731
-    assert engine.lockstep_block(asked(16), 64) == 16
-    assert engine.lockstep_block(asked(10), 64) == 8
-    assert engine.lockstep_block(asked(16), 61) == 1  # a prime count: one at a time
-    assert engine.lockstep_block(asked(100), 12) == 12
+    assert engine.lockstep_lanes(asked(10), 64) == 10
+    assert engine.lockstep_lanes(asked(100), 12) == 12
     flows = make_flows([1], [0], [10_000])
     assert needed_static([Experiment(K4, flows)]).lockstep_experiments == 0  # 0: by backend
     assert needed_static([Experiment(K4, flows), Experiment(K4, flows, sim=SimConfig(lockstep_experiments=8))]).lockstep_experiments == 8
@@ -168,9 +166,9 @@ def test_lockstep_block_divides_the_batch():
         SimConfig(lockstep_experiments=-2)
     pool = dataclasses.replace(SMALL, slots_per_host=1024, n_hosts=16)  # 16,384 slots an experiment
     if jax.default_backend() == "cpu":
-        assert engine.lockstep_block(pool, 64) == engine.LOCKSTEP_SLOTS_ON_CPU // pool.n_slots == 16
+        assert engine.lockstep_lanes(pool, 64) == engine.LOCKSTEP_SLOTS_ON_CPU // pool.n_slots == 16
     else:
-        assert engine.lockstep_block(pool, 64) == 64
+        assert engine.lockstep_lanes(pool, 64) == 64
 
 
 def test_new_parameters_same_shapes_do_not_retrace():

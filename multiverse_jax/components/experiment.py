@@ -97,6 +97,7 @@ class State:
     done: chex.Array  # () bool every flow has finished
     error: chex.Array  # () int32 ERROR_* bits
     n_windows: chex.Array  # () int64 windows stepped (the clock may also jump)
+    stop_window: chex.Array  # () int64 the running ``engine.advance`` call stops the experiment at this n_windows
     n_packet_hops: chex.Array  # () int64 packet transmissions (one per link a packet crosses)
 
 
@@ -153,5 +154,6 @@ def initial_state(exp: Experiment, params: Params) -> State:
         done=np.bool_(False),
         error=np.int32(0),
         n_windows=np.int64(0),
+        stop_window=np.int64(0),
         n_packet_hops=np.int64(0),
     )

@@ -50,9 +50,9 @@ class Static:
     run_packets: int = 1  # M: packets one port may start in one transmit round, one after another from one queue
     #   (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS where some experiment
     #   queues ACKs with data (packet.ack_class=data: trains form in one FIFO), else 1. A choice, not a shape
-    lockstep_experiments: int = 0  # B: experiments a vmap batch steps in lockstep at once, blocks of B one after
-    #   another (``engine.lockstep_block``; 0: by backend, the whole batch on an accelerator, a cache's worth of
-    #   pools on a CPU). A choice, not a shape
+    lockstep_experiments: int = 0  # B: experiments a vmap batch steps in lockstep at once, in B lanes that each take
+    #   the next experiment when theirs stops (``engine.lockstep_lanes``; 0: by backend, the whole batch on an
+    #   accelerator, a cache's worth of pools on a CPU). A choice, not a shape
 
     @property
     def n_slots(self) -> int:

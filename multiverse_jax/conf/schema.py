@@ -559,9 +559,9 @@ class SimConfig(Group):
     # a batch): 0 chooses, 8 where ACKs queue with data (packet.ack_class=data), else 1. Same
     # results, bit for bit; only the speed differs (README, Performance)
     run_packets: int = 0
-    # sim.batching=vmap: experiments stepped in lockstep at once, blocks of them one after another
-    # (engine.lockstep_block; the largest of a batch): 0 chooses, the whole batch on an
-    # accelerator, a cache's worth of packet pools on a CPU. Same results, bit for bit
+    # sim.batching=vmap: experiments stepped in lockstep at once, in lanes that each take the next
+    # experiment when theirs stops (engine.lockstep_lanes; the largest of a batch): 0 chooses, the
+    # whole batch on an accelerator, a cache's worth of packet pools on a CPU. Same results, bit for bit
     lockstep_experiments: int = 0
 
     def check(self) -> None:
