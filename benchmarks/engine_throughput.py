@@ -16,7 +16,16 @@ are built into one batch and run with ``engine.run``. Measured per (k, E):
   the device reports it (GPU), ``peak_bytes_in_use``;
 * one-at-a-time baseline: the same experiments run as batches of E=1, every one padded to
   the Static of the E batch (one compiled E=1 program per k, reused); at most
-  ``--baseline-max`` are run and the per-experiment time is scaled up to E.
+  ``--baseline-max`` are run and the per-experiment time is scaled up to E;
+* passes per window and lockstep waste (``--round-samples`` windows spread over the run):
+  the transmit rounds a window of each running experiment needs alone
+  (``step_profile.transmit_rounds``), and under ``vmap`` the rounds its lanes run (the
+  most of the running experiments of each lane group, ``engine.lockstep_lanes`` of them
+  in batch order, as lanes start); waste = 1 - own / lockstep;
+* htsim beside us (``--htsim-points``, needs ``../shared/peers``): ``htsim_roce`` on one
+  permutation of the same flow size on the same k, with htsim's network (9000 B packets,
+  PFC; ``peers/htsim.py``), its packet-hops per second on one core (the hops of our run of
+  the same input), and ours on that input alone, for the per-core comparison.
 
 Nothing here is backend-specific: the same command runs on CPU or GPU.
 
@@ -42,6 +51,7 @@ import numpy as np
 
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
 from machine import machine_info
+from step_profile import transmit_rounds
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import SimConfig
@@ -103,6 +113,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=0.0,
         help="skip a (k, E) whose projected time (linear in E from the previous E of the same k) exceeds this; 0: never",
     )
+    p.add_argument("--round-samples", type=int, default=4, help="windows sampled for passes per window and lockstep waste (0: off)")
+    p.add_argument("--htsim-points", type=int, default=1, help="htsim_roce runs per k beside us (0: off; skipped without ../shared/peers)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     p.add_argument("--quick", action="store_true", help="smoke run: ks=4, experiments=1,4, flow-bytes 65536")
     args = p.parse_args(argv)
@@ -257,6 +269,7 @@ def measure_batch(k: int, experiments: list[Experiment], args, slots: int, stati
     second_call_s = warmup["first_call_s"]
     state, walls, timings = timed_runs(batch.params, batch.state, args.steps_per_call, args.batching, args.min_time, args.max_repeats)
     checks = check_finished(batch, state, label)
+    passes = passes_per_window(batch, args, int(np.mean(np.asarray(state.n_windows))))
 
     host = jax.device_get({"time_ps": state.time_ps, "n_windows": state.n_windows, "n_packet_hops": state.n_packet_hops})
     wall = statistics.median(walls)
@@ -293,9 +306,66 @@ def measure_batch(k: int, experiments: list[Experiment], args, slots: int, stati
         "peak_rss_mib": peak_rss_mib(),
         "device_peak_bytes": device_peak_bytes(),
         "loadavg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        **passes,
         **checks,
     }
     return row, batch.static
+
+
+def passes_per_window(batch, args, n_windows: int) -> dict:
+    """Transmit rounds per window at ``--round-samples`` windows spread over the run: each
+    running experiment's own (one at a time, from a host copy: one compiled E=1 program),
+    and under vmap the most of each lane group of running experiments (the rounds its lanes
+    run in lockstep); lockstep waste = 1 - own / lockstep."""
+    if args.round_samples < 1:
+        return {}
+    E = batch.state.done.shape[0]
+    lanes = engine.lockstep_lanes(batch.static, E) if engine.resolve_batching(args.batching) == "vmap" else 1
+    stride = max(1, n_windows // (args.round_samples + 1))
+    params, state = jax.device_get(batch.params), batch.state
+    own, lockstep = [], []
+    for _ in range(args.round_samples):
+        state = engine.advance(batch.params, state, stride, args.batching)
+        host = jax.device_get(state)
+        running = ~host.done & (host.error == 0)
+        one = lambda tree, e: jax.tree.map(lambda x: x[e : e + 1], tree)  # noqa: E731
+        rounds = np.array([int(transmit_rounds(one(params, e), one(host, e))[0][0]) if running[e] else 0 for e in range(E)])
+        own += list(rounds[running])
+        lockstep += [rounds[g : g + lanes].max() for g in range(0, E, lanes) if running[g : g + lanes].any()]
+    if not own:
+        return {}
+    own_mean = float(np.mean(own))
+    lockstep_mean = float(np.mean(lockstep)) if lanes > 1 else own_mean
+    return {"rounds_per_window_own": own_mean, "rounds_per_window_lockstep": lockstep_mean, "lockstep_waste": 1 - own_mean / lockstep_mean}
+
+
+def htsim_beside(k: int, args) -> dict | None:
+    """``htsim_roce`` on a permutation of ``--flow-bytes`` flows on the k-ary fat-tree with
+    htsim's network, and ours on the same input alone (``map``): packet-hops per second of
+    each (the hops of our run), or None with the reason printed where htsim is unavailable."""
+    import tempfile
+
+    from multiverse_jax.config import experiment_from_config
+    from multiverse_jax.peers import htsim
+    from multiverse_jax.peers.scenarios import permutation
+    from vs_htsim import run_ours
+
+    network = htsim.HtsimNetwork(k=k)
+    folder = Path(tempfile.mkdtemp(prefix="engine_throughput_htsim_"))
+    try:
+        build = htsim.build_htsim()
+    except htsim.PeerUnavailable as why:
+        print(f"k={k}: htsim not run: {why}", file=sys.stderr)
+        return None
+    points = []
+    for seed in range(args.htsim_points):
+        cm = permutation(seed, network.n_hosts, args.flow_bytes).write(folder / f"perm-s{seed}.cm")
+        theirs = htsim.run_htsim(build, "roce", cm, network, folder, patched=False).wall_s
+        result, ours, _, _ = run_ours(experiment_from_config(htsim.our_config(network, "roce", cm)), 256)
+        points.append((result.summary["n_packet_hops"], theirs, ours))
+    hops, theirs, ours = (float(np.sum(column)) for column in zip(*points))
+    return {"k": k, "points": len(points), "packet_hops": hops, "htsim_wall_s": theirs, "ours_alone_wall_s": ours,
+            "htsim_packet_hops_per_s": hops / theirs, "ours_alone_packet_hops_per_s": hops / ours}  # fmt: skip
 
 
 def measure_baseline(k: int, experiments: list[Experiment], static, args, slots: int) -> list[float]:
@@ -372,19 +442,22 @@ COLUMNS = [
     ("sim µs/s/exp", "sim_us_per_wall_s_per_experiment", "{:.2f}"),
     ("batch/1-at-a-time", "batched_speedup", "{:.2f}x"),
     ("peak RSS MiB", "peak_rss_mib", "{:,.0f}"),
+    ("rounds own", "rounds_per_window_own", "{:.2f}"),
+    ("lockstep", "rounds_per_window_lockstep", "{:.2f}"),
+    ("waste", "lockstep_waste", "{:.0%}"),
 ]
 
 
 def format_row(row: dict) -> list[str]:
     if row.get("skipped"):
         return [str(row["k"]), str(row["E"])] + ["skipped"] + [""] * (len(COLUMNS) - 3)
-    cells = [fmt.format(row[key]) for _, key, fmt in COLUMNS]
+    cells = [fmt.format(row[key]) if key in row else "-" for _, key, fmt in COLUMNS]
     if row.get("one_at_a_time_extrapolated"):
         cells[6] += "*"
     return cells
 
 
-WIDTHS = [3, 4, 10, 9, 15, 13, 18, 13]
+WIDTHS = [3, 4, 10, 9, 15, 13, 18, 13, 10, 8, 6]
 
 
 def print_table(rows: list[dict], *, header: bool = True) -> None:
@@ -418,6 +491,19 @@ def metadata(args) -> dict:
     }
 
 
+def emit_htsim(beside: dict) -> None:
+    """The htsim line of one k: its rate on one core and ours alone on the same input (the
+    table's own traffic has other packet sizes: its rates are not this one's; batches of
+    htsim's input side by side are ``sweep_vs_htsim.py``'s)."""
+    ratio = beside["ours_alone_packet_hops_per_s"] / beside["htsim_packet_hops_per_s"]
+    print(
+        f"k={beside['k']} htsim_roce, one core, on {beside['points']} permutation(s) of {beside['packet_hops']:,.0f} packet-hops "
+        f"(htsim's network): {beside['htsim_packet_hops_per_s']:,.0f} packet-hops/s; "
+        f"ours on the same input alone: {beside['ours_alone_packet_hops_per_s']:,.0f} ({ratio:.2f}x)",
+        flush=True,
+    )
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -448,6 +534,11 @@ def main(argv=None) -> int:
                     raise SystemExit(f"k={k}: {err} (already at {slots} slots per host)") from None
                 print(f"\n!!! k={k}: POOL FULL with {slots} slots per host: {err}\n!!! retrying k={k} with {slots * 2}\n", flush=True)
                 slots *= 2
+        if args.htsim_points > 0:
+            beside = htsim_beside(k, args)
+            if beside:
+                doc.setdefault("htsim", []).append(beside)
+                emit_htsim(beside)
     doc["metadata"]["total_wall_s"] = time.perf_counter() - start
     doc["metadata"]["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
@@ -455,6 +546,8 @@ def main(argv=None) -> int:
     print()
     print_table(doc["rows"])
     print("* one-at-a-time time extrapolated from the measured experiments (see JSON)")
+    for beside in doc.get("htsim", []):
+        emit_htsim(beside)
     print(f"total {doc['metadata']['total_wall_s']:.0f} s; results: {args.out}")
     return 0
 
