@@ -132,9 +132,15 @@ def _mixed_experiments():
 @pytest.mark.parametrize("batching", ["vmap", "map", "vmap in lanes"])
 def test_batch_equals_each_experiment_alone(batching):
     exps = _mixed_experiments()
-    if batching == "vmap in lanes":  # two lanes in lockstep: each experiment that stops gives its lane to the next
-        assert engine.lockstep_lanes(dataclasses.replace(SMALL, lockstep_experiments=2), len(exps)) == 2
-        together = run_small(exps, batching="vmap", lockstep_experiments=2)
+    if batching == "vmap in lanes":
+        # Two lanes in lockstep: an experiment that stops gives its lane to the next, and
+        # calls of 7 windows stop lanes at the call's last window too.
+        static = dataclasses.replace(SMALL, lockstep_experiments=2)
+        assert engine.lockstep_lanes(static, len(exps)) == 2
+        together = simulate(
+            exps, slots_per_host=SMALL.slots_per_host, static=static, batching="vmap", batch_size=padded_size(len(exps)), steps_per_call=7
+        )
+        assert together[0].summary["batch_n_calls"] > 1
     else:
         together = run_small(exps, batching=batching)
     # Alone: at the shapes its topology's experiments need (not SMALL's padding): the
