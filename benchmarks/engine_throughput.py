@@ -43,6 +43,7 @@ import os
 import resource
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,10 +52,14 @@ import numpy as np
 
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
 from machine import machine_info
-from step_profile import transmit_rounds
+from step_profile import rounds_in_lockstep, transmit_rounds
+from vs_htsim import run_ours
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import SimConfig
+from multiverse_jax.config import experiment_from_config
+from multiverse_jax.peers import htsim
+from multiverse_jax.peers.scenarios import permutation
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.components.experiment import ERROR_POOL_FULL
 from multiverse_jax.simulate import error_message, results
@@ -323,33 +328,24 @@ def passes_per_window(batch, args, n_windows: int) -> dict:
     lanes = engine.lockstep_lanes(batch.static, E) if engine.resolve_batching(args.batching) == "vmap" else 1
     stride = max(1, n_windows // (args.round_samples + 1))
     params, state = jax.device_get(batch.params), batch.state
-    own, lockstep = [], []
+    one = lambda tree, e: jax.tree.map(lambda x: x[e : e + 1], tree)  # noqa: E731
+    rounds, running = [], []
     for _ in range(args.round_samples):
         state = engine.advance(batch.params, state, stride, args.batching)
         host = jax.device_get(state)
-        running = ~host.done & (host.error == 0)
-        one = lambda tree, e: jax.tree.map(lambda x: x[e : e + 1], tree)  # noqa: E731
-        rounds = np.array([int(transmit_rounds(one(params, e), one(host, e))[0][0]) if running[e] else 0 for e in range(E)])
-        own += list(rounds[running])
-        lockstep += [rounds[g : g + lanes].max() for g in range(0, E, lanes) if running[g : g + lanes].any()]
-    if not own:
+        running.append(~host.done & (host.error == 0))
+        rounds.append([int(transmit_rounds(one(params, e), one(host, e))[0][0]) if running[-1][e] else 0 for e in range(E)])
+    running = np.array(running)
+    if not running.any():
         return {}
-    own_mean = float(np.mean(own))
-    lockstep_mean = float(np.mean(lockstep)) if lanes > 1 else own_mean
-    return {"rounds_per_window_own": own_mean, "rounds_per_window_lockstep": lockstep_mean, "lockstep_waste": 1 - own_mean / lockstep_mean}
+    own, lockstep, waste = rounds_in_lockstep(np.array(rounds), running, lanes)
+    return {"rounds_per_window_own": own, "rounds_per_window_lockstep": lockstep, "lockstep_waste": waste}
 
 
 def htsim_beside(k: int, args) -> dict | None:
     """``htsim_roce`` on a permutation of ``--flow-bytes`` flows on the k-ary fat-tree with
     htsim's network, and ours on the same input alone (``map``): packet-hops per second of
     each (the hops of our run), or None with the reason printed where htsim is unavailable."""
-    import tempfile
-
-    from multiverse_jax.config import experiment_from_config
-    from multiverse_jax.peers import htsim
-    from multiverse_jax.peers.scenarios import permutation
-    from vs_htsim import run_ours
-
     network = htsim.HtsimNetwork(k=k)
     folder = Path(tempfile.mkdtemp(prefix="engine_throughput_htsim_"))
     try:

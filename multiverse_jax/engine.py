@@ -282,8 +282,9 @@ def lockstep_lanes(static, n_experiments: int) -> int:
     batch at once: its width is what fills the device. A CPU steps at most
     ``LOCKSTEP_SLOTS_ON_CPU`` packet slots' worth of experiments at once: a system's pass over
     a pool of a million slots (64 experiments of 16,384) streams its columns from memory, one
-    over a quarter of that works in cache (k=8 permutation, E = 64, 20 windows on the 2-core
-    CPU: 2.88 s all at once, 2.46-2.49 s in blocks of 8 or 16, 2.57 s of 32; ``map`` 2.36 s).
+    over a quarter of that works in cache (k=8 permutation, E = 64, 20 busy windows on the
+    2-core CPU: 2.88 s all at once, 2.38 s in 16 lanes, ``map`` 2.36 s; whole runs in 8 / 16 /
+    32 lanes within 4 % of each other).
     """
     if static.lockstep_experiments:
         most = static.lockstep_experiments
