@@ -121,43 +121,53 @@ def test_runners_full_runs_first_then_the_rest_in_port_order():
     np.testing.assert_array_equal(runs.runners(n_behind, 8, 7), [2, 5, 1, 3, 6, 7, 7, 7])
 
 
-def test_fifo_starts_are_the_max_plus_recurrence():
-    """``behind``'s closed form (a cumsum and a cummax) against the recurrence in Python,
-    on one queue of random arrivals and sizes behind a first departure."""
+def test_starts_merge_the_class_queues_by_strict_priority():
+    """``behind``'s rows against non-preemptive strict priority in plain Python, on a
+    port with random control and data arrivals and sizes behind a first departure: when
+    the port falls free, an arrived control packet first, else an arrived data packet,
+    else whichever arrives first (ties to control); each class a FIFO. With one class
+    only, the rows are that FIFO's max-plus recurrence."""
     rng = np.random.default_rng(0)
-    static = dataclasses.replace(SMALL, run_packets=8)
+    static = dataclasses.replace(SMALL, run_packets=12, n_data_classes=1)
     n_rows = static.run_packets - 1
-    arrival_ps = np.sort(rng.integers(0, 3_000, size=n_rows)).astype(np.int64)
-    wire_bytes = rng.integers(64, 4_200, size=n_rows).astype(np.int32)
-    first_end_ps = 1_000
     rate = 100 * 10**9
-    ser_ps = (wire_bytes.astype(np.int64) * 8 * 10**12 + rate - 1) // rate
-    expected, free = [], first_end_ps
-    for a, s in zip(arrival_ps, ser_ps):
-        start = max(a, free)
-        expected.append(start)
-        free = start + s
-    order, head, first, params = _one_queue(static, arrival_ps, wire_bytes, first_end_ps)
-    nxt = runs.behind(params, order, head, first, jnp.zeros(1, jnp.int32), jnp.zeros(1, jnp.int32), 10**9)
-    np.testing.assert_array_equal(np.asarray(nxt.start)[:, 0], expected)
-    np.testing.assert_array_equal(np.asarray(nxt.free_ps)[1:, 0], np.asarray(expected)[:-1] + ser_ps[:-1])
+    for trial in range(6):
+        n_control = 0 if trial == 0 else int(rng.integers(1, n_rows))
+        arrival_ps = [np.sort(rng.integers(0, 4_000, size=n)).astype(np.int64) for n in (n_control, n_rows)]
+        wire_bytes = [rng.integers(64, 4_200, size=n).astype(np.int32) for n in (n_control, n_rows)]
+        first_end_ps = int(rng.integers(0, 1_500))
+        expected, free, position = [], first_end_ps, [0, 0]
+        for _ in range(n_rows):
+            ready = [a[i] if i < len(a) else None for a, i in zip(arrival_ps, position)]
+            start = [None if r is None else max(r, free) for r in ready]
+            k = 0 if start[0] is not None and (start[1] is None or start[0] <= start[1]) else 1
+            ser = (int(wire_bytes[k][position[k]]) * 8 * 10**12 + rate - 1) // rate
+            expected.append((k, start[k]))
+            free, position[k] = start[k] + ser, position[k] + 1
+        order, head, first, params = _two_queues(static, arrival_ps, wire_bytes, first_end_ps)
+        held = (jnp.zeros(1, jnp.int64), jnp.full(1, NEVER, jnp.int64))  # no pause
+        no_offer = jnp.full((1, 1), NEVER, jnp.int64)
+        nxt = runs.behind(params, order, head, first, jnp.ones(1, jnp.int32), jnp.zeros(1, jnp.int32), held, no_offer, 10**9)
+        assert np.all(np.asarray(nxt.chosen_ok))
+        np.testing.assert_array_equal(np.asarray(nxt.queue_class)[:, 0], [k for k, _ in expected])
+        np.testing.assert_array_equal(np.asarray(nxt.start)[:, 0], [start for _, start in expected])
 
 
-def _one_queue(static, arrival_ps, wire_bytes, first_end_ps):
-    """A service order whose queue 0 holds a first packet then ``arrival_ps`` (R,), and a
-    first departure ending at ``first_end_ps``, on 100 Gb/s links."""
-    n = len(arrival_ps) + 1
-    n_positions = n + 8
-    time_ps = np.full(n_positions, NEVER, np.int64)
-    time_ps[0], time_ps[1:n] = 0, arrival_ps
-    wire = np.zeros(n_positions, np.int32)
-    wire[1:n] = wire_bytes
+def _two_queues(static, arrival_ps, wire_bytes, first_end_ps):
+    """A service order whose queue 0 (control) holds ``arrival_ps[0]`` and queue 1 (data)
+    a first packet then ``arrival_ps[1]``, and a first data departure ending at
+    ``first_end_ps``, on 100 Gb/s links (window from 0 to 1 ms)."""
+    time_ps = np.concatenate([arrival_ps[0], [0], arrival_ps[1]]).astype(np.int64)
+    wire = np.concatenate([wire_bytes[0], [0], wire_bytes[1]]).astype(np.int32)
+    n, pad = len(time_ps), 8
+    time_ps = np.concatenate([time_ps, np.full(pad, NEVER, np.int64)])
+    wire = np.concatenate([wire, np.zeros(pad, np.int32)])
     packet = queues.QueuedPacket(
-        jnp.zeros(n_positions, bool), jnp.asarray(wire), *(jnp.zeros(n_positions, jnp.int32) for _ in range(4))
+        jnp.zeros(n + pad, bool), jnp.asarray(wire), *(jnp.zeros(n + pad, jnp.int32) for _ in range(4))
     )
     order = queues.ServiceOrder(
-        jnp.arange(n_positions, dtype=jnp.int32), jnp.asarray(time_ps),
-        jnp.zeros(n_positions + 1, jnp.int64), jnp.full(2, n, jnp.int32), packet,
+        jnp.arange(n + pad, dtype=jnp.int32), jnp.asarray(time_ps), jnp.zeros(n + pad + 1, jnp.int64),
+        jnp.array([len(arrival_ps[0]), n], jnp.int32), packet,
     )  # fmt: skip
     zero = jnp.zeros(1, jnp.int64)
     first = runs.Departures(
@@ -165,5 +175,7 @@ def _one_queue(static, arrival_ps, wire_bytes, first_end_ps):
         jnp.zeros(1, bool), jnp.zeros(1, jnp.int32), jnp.zeros(1, jnp.int32), jnp.full(1, first_end_ps, jnp.int64),
         zero, zero, zero, jnp.zeros(1, jnp.int32), jnp.zeros(1, jnp.int32),
     )  # fmt: skip
-    params = SimpleNamespace(static=static, links=SimpleNamespace(link_rate_bps=jnp.full(1, 100 * 10**9, jnp.int64)))
-    return order, jnp.zeros(2, jnp.int32), first, params
+    params = SimpleNamespace(
+        static=static, window_ps=10**9, links=SimpleNamespace(link_rate_bps=jnp.full(1, 100 * 10**9, jnp.int64))
+    )
+    return order, jnp.array([0, len(arrival_ps[0])], jnp.int32), first, params

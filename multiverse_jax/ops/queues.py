@@ -80,6 +80,12 @@ def sort_by(key, order, index_bits: int):
 SMALLEST_SORT = 4096  # the service order sorts the queued packets in 4096, 4 x 4096, ... places, or the whole pool
 
 
+def merge_sizes(smallest_sort: int) -> list[int]:
+    """The place counts a window's new arrivals, merged into the order the last window
+    kept, are sorted in: a quarter, a half and all of the smallest sort (1024, 2048, 4096)."""
+    return sorted({max(1, smallest_sort // 4), max(1, smallest_sort // 2), smallest_sort})
+
+
 def sort_sizes(n_total: int) -> list[int]:
     """The place counts below ``n_total`` a compacted subset of it is sorted (or routed) in:
     ``SMALLEST_SORT``, 4 times that, ... (the whole ``n_total`` is the last resort)."""
@@ -96,10 +102,11 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
 
     The order the last window left (``kept``, see ``keep``) still holds for the packets in
     it: they have not moved, and every packet queued since arrived after all of them, so
-    it joins its queue behind them. When more packets are queued than ``SMALLEST_SORT``,
-    only the new arrivals are sorted (in ``SMALLEST_SORT`` places) and merged in, queue
-    by queue (``_merged``: a few passes over the pool, cheaper than sorting in 16,384 or
-    more places). Otherwise (fewer queued, the first window, more new arrivals than
+    it joins its queue behind them. When the new arrivals fit in fewer places (of
+    ``merge_sizes``) than the queued packets would be sorted in, only they are sorted and
+    merged in, queue by queue (``_merged``: a few passes over the pool and a sort of a
+    window's arrivals, not of every queued packet: the work follows the packets that
+    move). Otherwise (fewer queued, the first window, more new arrivals than
     that, or the hybrid mode moved a kept packet's arrival) the queued packets are
     compacted (a cumsum) and sorted in the smallest of 4096, 16,384, ... places that
     holds them (below the pool's size; else the whole pool). None of this runs when
@@ -114,26 +121,34 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
         return _order_of(params, pkts, window_end_ps, slots_in_host_order(params.static))
     view = _kept_view(kept)
     kept_holds, new = _kept_and_new(params, pkts, kept, view)
+    merging = merge_sizes(sizes[0])
+    first_sort = 1 + len(merging)  # branches: none, a merge per size, a sort per size (the whole pool last)
 
     def needs(params, pkts, window_end_ps, kept, view, new, kept_holds):
-        """(3,): 0 nothing queued or kept, 1 the kept order and the new arrivals would do,
-        2 a sort is needed; 2 + i: the i-th size (the whole pool last) is the smallest
-        that holds the queued packets; whether merging is cheaper than that sort (more
-        than ``SMALLEST_SORT`` queued)."""
+        """(4,): 0 nothing queued or kept, 1 the kept order and the new arrivals would do,
+        2 a sort is needed; the branch that sorts the queued packets in the smallest size
+        that holds them; the branch that merges the new arrivals, sorted in the smallest
+        of ``merge_sizes`` that holds them; whether that merge sorts fewer places than that
+        sort (the passes over the pool are alike)."""
         n_queued, n_new = jnp.sum(queued(pkts), dtype=jnp.int32), jnp.sum(new, dtype=jnp.int32)
         n_kept = jnp.sum(view.count)
-        can_merge = kept_holds & (n_new <= sizes[0])
+        can_merge = kept_holds & (n_new <= merging[-1])
         way = jnp.where((n_queued == 0) & (n_kept == 0), 0, jnp.where(can_merge, 1, 2))
-        return jnp.stack([way, 2 + size_index(n_queued, sizes), (n_queued > sizes[0]).astype(jnp.int32)])
+        sort_index, merge_index = size_index(n_queued, sizes), size_index(n_new, merging)
+        sort_places = sum(jnp.where(sort_index == i, n, 0) for i, n in enumerate(sizes + [n_slots]))
+        merge_places = sum(jnp.where(merge_index == i, n, 0) for i, n in enumerate(merging))
+        cheaper = (merge_places < sort_places).astype(jnp.int32)
+        return jnp.stack([way, first_sort + sort_index, 1 + jnp.minimum(merge_index, len(merging) - 1), cheaper])
 
     def join(needs):
         """The batch sorts if any experiment must (in the size its largest queues need: a
         merge is no use to an experiment whose kept order does not hold); else it merges
-        if that is cheaper for any, all of them able to; else it sorts (or, with
-        nothing queued anywhere, does nothing)."""
-        way, size, cheaper = needs[:, 0], needs[:, 1], needs[:, 2]
+        (in the size its most new arrivals need) if that is cheaper for any, all of them
+        able to; else it sorts (or, with nothing queued anywhere, does nothing)."""
+        way, sort, merge_in, cheaper = needs[:, 0], needs[:, 1], needs[:, 2], needs[:, 3]
         merge = jnp.any((cheaper == 1) & (way == 1))
-        return jnp.where(jnp.any(way == 2) | (~merge & jnp.any(way == 1)), jnp.max(size), jnp.where(merge, 1, 0))
+        sorts = jnp.any(way == 2) | (~merge & jnp.any(way == 1))
+        return jnp.where(sorts, jnp.max(sort), jnp.where(merge, jnp.max(jnp.where(way == 1, merge_in, 0)), 0))
 
     def sorted_in(n_places: int):
         def order(params, pkts, window_end_ps, *_):  # closes over no array: a custom_vmap function may not
@@ -145,10 +160,13 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
 
         return order
 
-    def merged(params, pkts, window_end_ps, kept, view, new, _):
-        return _merged(params, pkts, window_end_ps, kept, view, new, sizes[0])
+    def merged_in(n_places: int):
+        def merged(params, pkts, window_end_ps, kept, view, new, _):
+            return _merged(params, pkts, window_end_ps, kept, view, new, n_places)
 
-    branches = [lambda params, *_: _no_queues(params), merged]
+        return merged
+
+    branches = [lambda params, *_: _no_queues(params)] + [merged_in(n) for n in merging]
     branches += [sorted_in(n) for n in sizes + [n_slots]]
     return switch_largest(needs, branches, params, pkts, window_end_ps, kept, view, new, kept_holds, join=join)
 

@@ -82,18 +82,6 @@ def run_ports(static) -> int:
     return min(static.n_ports, max(32, static.n_ports // 8))
 
 
-class Behind(NamedTuple):
-    """The packets behind the first departure of K ports: (R, K) each, R = M - 1."""
-
-    in_queue: jnp.ndarray  # bool there is one
-    slot: jnp.ndarray  # int32 its pool slot
-    available_ps: jnp.ndarray  # int64 its arrival at the port (the window's end past the queue)
-    packet: queues.QueuedPacket  # each its fields
-    ser_ps: jnp.ndarray  # int64 its serialisation
-    start: jnp.ndarray  # int64 when it starts if the port serves its queue as one FIFO (the max-plus scan)
-    free_ps: jnp.ndarray  # int64 when the port falls free before it (the departure before ends)
-
-
 class Rows(NamedTuple):
     """What the runs behind the first departures add to a round: arrays (R, K) over the
     rows of the K ports that run, and the ports after them."""
@@ -105,7 +93,7 @@ class Rows(NamedTuple):
     tx_bytes: jnp.ndarray  # (R, K) int64 the port's bytes sent after it, it included
     ports: PortState  # (P,) each: the ports after their runs (``port_after``'s fields, the queue watch)
     over: jnp.ndarray  # () bool a queue the runs watched rose above its buffer
-    served: jnp.ndarray  # (P,) int32 the packets each port sent behind its first
+    served: jnp.ndarray  # (Q,) int32 the packets each class queue sent behind its port's first
     ends: jnp.ndarray  # (Q,) int32 one past each queue's packets arrived by its port's last departure
 
 
@@ -128,56 +116,73 @@ def watch(watched, buffer_bytes, sampled, at_ps, queue_bytes, leaving_bytes):
     ), over
 
 
-def behind(params: Params, order, head, first: Departures, chosen, who, window_end_ps) -> Behind:
-    """The next R packets of the chosen queues (class ``chosen`` (K,)) of the ports ``who``
-    (K,) behind their ``first`` departures ((K,) each), and their starts as one FIFO. With
-    T_i the serialisations of the packets behind the first and before i, the recurrence
-    start_i = max(available_i, start_(i-1) + ser_(i-1)) is start_i = T_i + max(first's
-    end, max over j <= i of available_j - T_j)."""
-    n_classes, n_rows = 1 + params.static.n_data_classes, run_rows(params.static) - 1
-    chosen_queue = n_classes * who + chosen
-    position = head[chosen_queue] + jnp.arange(1, n_rows + 1, dtype=head.dtype)[:, None]  # (R, K)
-    in_queue = position < order.queue_end[chosen_queue]
-    at = jnp.minimum(position, order.slot.shape[0] - 1)
-    # When the first's last bit leaves (where it starts nothing: any time, no row follows
-    # it). Past the queue: the window's end (no such row is sent), keeping the sums small.
-    end_ps = jnp.where(first.sends, first.start + first.ser_ps, window_end_ps)
-    available_ps = jnp.where(in_queue, order.time_ps[at], window_end_ps)
-    packet = queues.QueuedPacket(*(column[at] for column in order.packet))
-    ser_ps = link_serialization_ps(params, packet.wire_bytes, who)
-    before_ps = jnp.cumsum(ser_ps, axis=0) - ser_ps
-    start = before_ps + jnp.maximum(end_ps, jax.lax.cummax(available_ps - before_ps, axis=0))
-    free_ps = jnp.concatenate([end_ps[None], (start + ser_ps)[:-1]])
-    return Behind(in_queue, order.slot[at], available_ps, packet, ser_ps, start, free_ps)
+class Behind(NamedTuple):
+    """The packets behind the first departure of K ports, in the order the port would
+    start them (its class queues merged by strict priority): (R, K) each, R = M - 1."""
+
+    chosen_ok: jnp.ndarray  # bool the rounds after this one would start it there, as chosen (a queued packet, exact start)
+    queue_class: jnp.ndarray  # int32 the class queue it comes from (0 control, 1 + k data priority k)
+    slot: jnp.ndarray  # int32 its pool slot
+    available_ps: jnp.ndarray  # int64 its arrival at the port
+    packet: queues.QueuedPacket  # each its fields
+    ser_ps: jnp.ndarray  # int64 its serialisation
+    start: jnp.ndarray  # int64 when it starts
+    free_ps: jnp.ndarray  # int64 when the port falls free before it (the departure before ends)
 
 
-def still_chosen(params: Params, held, nxt: Behind, chosen, class_ready_ps, run_offer_ps, window_start_ps):
-    """(R, K) bool: the rounds after this one would start each packet of ``nxt`` where it
-    says, it being the one chosen. When the port falls free its class starts first (ties
-    to the lower class, as ``systems.transmit.start_times``), at its FIFO start (not held
-    later by PFC), and at a NIC before the class's offer (``run_offer_ps`` (K,), NEVER at
-    a switch: the queued ACK first). Other classes start with their earliest candidate
-    (``class_ready_ps`` (K, 1 + C)): a start is monotone in availability.
+def behind(params: Params, order, head, first: Departures, chosen, who, held, offer_ps, window_end_ps) -> Behind:
+    """The next R packets that ports ``who`` (K,) start after their ``first`` departures
+    ((K,) each, of class ``chosen`` (K,)), as the rounds after this one would choose them
+    one by one (``systems.transmit.start_times``): when the port falls free, the class
+    whose candidate starts first, ties to the lower class; a control packet at max(port
+    free, its arrival), a data packet also not before the window start and its PFC
+    release; each class queue a FIFO (a pointer per class moves along the window's
+    ``order``). A row is ``chosen_ok`` where that choice is certain: a queued packet (a
+    NIC's offer, ``offer_ps`` (K, C), NEVER at switches, is created only by a round) whose
+    start is exact. PFC's releases come from ``held`` (``pfc.held_until_ps``, (K,) twice):
+    exact before the port's next pause, a lower bound after it, so a class whose bound
+    loses to the chosen start loses itself; a chosen start only bounded is not certain.
+    The rows after the first that is not ``chosen_ok`` say nothing (the run ends there).
 
-    PFC's releases come from ``held`` (``pfc.held_until_ps``, (K,) twice): exact before
-    the port's next pause, a lower bound after it. The run's own start must be exact;
-    another class whose bound loses to it loses itself; an offer not known to lose stops
-    the run (the next round decides it exactly).
+    A recurrence over the rows (R small steps over (K, 1 + C)): between one strict-priority
+    choice and the next, the port's candidates change only by the class it served.
     """
-    n_classes = 1 + params.static.n_data_classes
-    in_run_class = jnp.arange(n_classes) == chosen[:, None]  # (K, 1 + C)
-    ready_ps = jnp.where(in_run_class, nxt.available_ps[..., None], class_ready_ps)  # (R, K, 1 + C)
-    free_ps = nxt.free_ps[..., None]
-    data_ps = jnp.maximum(jnp.maximum(free_ps, ready_ps[..., 1:]), window_start_ps)
-    data_start, data_exact = pfc.release_bound(held[0][:, None], held[1][:, None], data_ps)
-    class_start = jnp.concatenate([jnp.maximum(free_ps, ready_ps[..., :1]), data_start], axis=-1)
-    run_class = jnp.maximum(chosen - 1, 0)[None, :, None]
-    run_exact = (chosen == 0) | jnp.take_along_axis(data_exact, run_class, axis=-1)[..., 0]
-    offer_ps = jnp.maximum(jnp.maximum(nxt.free_ps, run_offer_ps), window_start_ps)
-    offer_start, offer_exact = pfc.release_bound(held[0], held[1], offer_ps)
-    offer_first = (chosen > 0) & (run_offer_ps != NEVER) & (~offer_exact | (offer_start < nxt.start))
-    first_class = jnp.argmin(class_start, axis=-1)  # ties to the lower class
-    return nxt.in_queue & (first_class == chosen) & run_exact & (jnp.min(class_start, axis=-1) == nxt.start) & ~offer_first
+    n_classes, n_rows = 1 + params.static.n_data_classes, run_rows(params.static) - 1
+    n_positions = order.slot.shape[0]
+    window_start_ps = window_end_ps - params.window_ps
+    queue = n_classes * who[:, None] + jnp.arange(n_classes)  # (K, 1 + C)
+    queue_end = order.queue_end[queue]
+    position = head[queue] + (jnp.arange(n_classes) == chosen[:, None])  # the first's class: past it
+    free_ps = jnp.where(first.sends, first.start + first.ser_ps, window_end_ps)  # nothing follows no departure
+    # Candidates in order of precedence on ties: control, then per data class its queued
+    # packet before its NIC's offer (a NIC serves a queued ACK of a class ahead of its data).
+    # (Computed, not literal arrays: a function under ``lockstep.when_any`` may close over none.)
+    candidate = jnp.arange(1 + 2 * (n_classes - 1), dtype=jnp.int32)
+    candidate_class, is_offer = (candidate + 1) // 2, (candidate > 0) & (candidate % 2 == 0)
+    rows = []
+    for _ in range(n_rows):
+        in_queue = position < queue_end
+        available_ps = jnp.where(in_queue, order.time_ps[jnp.minimum(position, n_positions - 1)], NEVER)
+        earliest_ps = jnp.maximum(free_ps[:, None], jnp.concatenate([available_ps, offer_ps], axis=1))
+        data_start, data_exact = pfc.release_bound(held[0][:, None], held[1][:, None], jnp.maximum(earliest_ps[:, 1:], window_start_ps))
+        control_start = earliest_ps[:, :1]
+        queued_start, offer_start = data_start[:, : n_classes - 1], data_start[:, n_classes - 1 :]
+        starts = jnp.concatenate([control_start, jnp.stack([queued_start, offer_start], axis=2).reshape(who.shape[0], -1)], axis=1)
+        exact = jnp.concatenate([jnp.ones_like(control_start, bool), jnp.repeat(data_exact[:, : n_classes - 1], 2, axis=1)], axis=1)
+        pick = jnp.argmin(starts, axis=1)  # ties to the earlier candidate
+        start = jnp.take_along_axis(starts, pick[:, None], axis=1)[:, 0]
+        queue_class = candidate_class[pick]
+        at = jnp.minimum(jnp.take_along_axis(position, queue_class[:, None], axis=1)[:, 0], n_positions - 1)
+        chosen_ok = ~is_offer[pick] & jnp.take_along_axis(exact, pick[:, None], axis=1)[:, 0] & (start != NEVER)
+        wire_bytes = order.packet.wire_bytes[at]
+        ser_ps = link_serialization_ps(params, wire_bytes, who)
+        rows.append((chosen_ok, queue_class, at, start, ser_ps, free_ps))
+        served = chosen_ok[:, None] & (jnp.arange(n_classes) == queue_class[:, None])
+        position = position + served
+        free_ps = jnp.where(chosen_ok, start + ser_ps, free_ps)
+    chosen_ok, queue_class, at, start, ser_ps, free_before = (jnp.stack(column) for column in zip(*rows))
+    packet = queues.QueuedPacket(*(column[at] for column in order.packet))
+    return Behind(chosen_ok, queue_class, order.slot[at], order.time_ps[at], packet, ser_ps, start, free_before)
 
 
 def queues_behind(order, head, end0, nxt: Behind, first_wire_bytes, who, n_classes: int):
@@ -218,8 +223,7 @@ def departures_behind(params: Params, first: Departures, nxt: Behind, sends, who
     rank = _latest(first.rank, busy_rank, fresh_link)
     zeros = jnp.zeros_like(sends)
     return Departures(
-        nxt.start, jnp.broadcast_to(first.use_ctrl, sends.shape), jnp.broadcast_to(first.data_class, sends.shape),
-        sends, ~nxt.packet.is_ack, zeros, zeros, nxt.slot, nxt.packet.wire_bytes, nxt.ser_ps, arrival_ps,
+        nxt.start, nxt.queue_class == 0, jnp.maximum(nxt.queue_class - 1, 0), sends, ~nxt.packet.is_ack, zeros, zeros, nxt.slot, nxt.packet.wire_bytes, nxt.ser_ps, arrival_ps,
         scheduled_ps, prior_ps, busy_rank, rank,
     )  # fmt: skip
 
@@ -230,15 +234,6 @@ def _latest(base, values, begins):
     row = jnp.arange(1, values.shape[0] + 1, dtype=jnp.int32)[:, None]
     latest = jax.lax.cummax(jnp.where(begins, row, 0), axis=0)
     return jnp.take_along_axis(jnp.concatenate([base[None], values]), latest, axis=0)
-
-
-def class_ready(params: Params, order, head, offer_ready_ps):
-    """(P, 1 + C) when each class's earliest candidate is available (at a NIC, a data
-    class's queued ACK or its offer, ``offer_ready_ps`` (P, C), NEVER at switches)."""
-    n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
-    head_ps, _ = queues.heads(order, head, params.static.n_slots)
-    head_ps = head_ps.reshape(n_ports, n_classes)
-    return jnp.concatenate([head_ps[:, :1], jnp.minimum(head_ps[:, 1:], offer_ready_ps)], axis=1)
 
 
 def follow(params: Params, state: State, order, head, end0, first: Departures, chosen, offer_ready_ps, window_end_ps, leave):
@@ -254,8 +249,8 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     packets, rows)`` writes them (``systems.transmit.leave``), in the same branch, so an
     idle round writes nothing."""
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
-    chosen_queue = n_classes * jnp.arange(n_ports) + chosen
-    n_behind = jnp.where(first.sends & ~first.creates, order.queue_end[chosen_queue] - head[chosen_queue] - 1, 0)
+    n_queued = jnp.sum((order.queue_end - head).reshape(n_ports, n_classes), axis=1)  # every class's, (P,)
+    n_behind = jnp.where(first.sends & ~first.creates, n_queued - 1, 0)
     consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps)
 
     def rows_and_pool(consts, idle):
@@ -279,15 +274,11 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
     who = runners(n_behind, run_ports(params.static), run_rows(params.static) - 1)  # (K,) P where none
     at = jnp.minimum(who, n_ports - 1)  # gathers read a port; writes to P are dropped
     first_k = jax.tree.map(lambda column: column[at], first)
-    chosen_k = chosen[at]
-    nxt = behind(params, order, head, first_k, chosen_k, at, window_end_ps)
-    held = pfc.held_until_ps(params, links, jnp.maximum(nxt.free_ps[0], window_start_ps), at)
-    run_offer_ps = jnp.take_along_axis(offer_ready_ps[at], jnp.maximum(chosen_k - 1, 0)[:, None], axis=1)[:, 0]
-    run_offer_ps = jnp.where(chosen_k > 0, run_offer_ps, NEVER)
-    ready_ps = class_ready(params, order, head, offer_ready_ps)[at]
-    chosen_next = still_chosen(params, held, nxt, chosen_k, ready_ps, run_offer_ps, window_start_ps)
+    first_end_ps = jnp.where(first_k.sends, first_k.start + first_k.ser_ps, window_end_ps)
+    held = pfc.held_until_ps(params, links, jnp.maximum(first_end_ps, window_start_ps), at)
+    nxt = behind(params, order, head, first_k, chosen[at], at, held, offer_ready_ps[at], window_end_ps)
     queue_bytes, ends, known = queues_behind(order, head, end0, nxt, first_k.wire_bytes, at, n_classes)
-    starts = chosen_next & known & (nxt.start < window_end_ps)
+    starts = nxt.chosen_ok & known & (nxt.start < window_end_ps)
     runs_here = (who < n_ports) & (n_behind[at] > 0)
     sends = runs_here & (jnp.cumsum(~starts, axis=0) == 0)  # (R, K) up to the first that does not
     dep = departures_behind(params, first_k, nxt, sends, at)
@@ -310,7 +301,7 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
     last_ends = jnp.take_along_axis(ends, jnp.maximum(sent_by_queue - 1, 0)[None], axis=0)[0]
     kept_ends = end0[jnp.minimum(queue, end0.shape[0] - 1)]
     ends = end0.at[queue].set(jnp.where(sent_by_queue > 0, last_ends, kept_ends), mode="drop")
-    served = jnp.zeros(n_ports, jnp.int32).at[who].add(n_sent, mode="drop")
+    served = jnp.zeros(n_ports * n_classes, jnp.int32).at[n_classes * who + nxt.queue_class].add(sends, mode="drop")
     return Rows(dep, who, nxt.packet, queue_bytes, tx_bytes, ports, over, served, ends)
 
 

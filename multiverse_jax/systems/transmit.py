@@ -343,16 +343,16 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     state = state.replace(
         packets=leave(params, state.packets, dep, everyone, queue_bytes, state.ports.port_tx_bytes, int_queue, head_packet)
     )
-    served = (dep.sends & ~dep.creates).astype(head.dtype)
+    # The queue a port served moves its pointer; a host that created a packet took its next free slot.
+    next_head = head.at[chosen_queue].add((dep.sends & ~dep.creates).astype(head.dtype))
     if runs.run_rows(params.static) > 1:  # the ports with packets behind their first start them too
         host, is_nic = _nic_host(params)
         offer_ready_ps = jnp.where(is_nic[:, None], offer.ready_ps[host], NEVER)  # (P, C)
         rows, packets = runs.follow(params, state, order, head, arrived, dep, chosen, offer_ready_ps, window_end_ps, leave_runs)
         state = account_runs(params, state, rows).replace(packets=packets)
-        served, arrived = served + rows.served, rows.ends
+        next_head, arrived = next_head + rows.served, rows.ends
     state = nic_emit(params, state, offer, dep)
-    # The queue a port served moves its pointer; a host that created a packet took its next free slot.
-    return Serving(state, head.at[chosen_queue].add(served), arrived, used + host_creates(params, dep), jnp.any(dep.sends))
+    return Serving(state, next_head, arrived, used + host_creates(params, dep), jnp.any(dep.sends))
 
 
 def window_start(params: Params, state: State, window_end_ps):
