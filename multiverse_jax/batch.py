@@ -19,7 +19,7 @@ from multiverse_jax.components.experiment import Params, State, experiment_param
 from multiverse_jax.components.static import RUN_PACKETS, Static
 from multiverse_jax.components.flows import ADMIT_ENTRIES
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
-from multiverse_jax.conf.schema import AckClass, CcKind, HpccIntQueue, HpccPacing, HybridRestore, SimMode, SwitchPipeline
+from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HpccPacing, HybridRestore, SimMode, SwitchPipeline
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
@@ -128,14 +128,12 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
 
 def _run_packets(experiments) -> int:
     """``Static.run_packets``: the largest ``sim.run_packets`` asked for, or by default
-    RUN_PACKETS where trains of packets wait in one FIFO, ACKs queued with data (htsim's
-    configuration), else 1. With control-class ACKs strict priority cuts runs after a packet
-    or two, and on a CPU a round that runs costs more than the rounds it saves (README,
+    RUN_PACKETS. A run follows a port's class queues merged by strict priority, so control
+    ACKs and data leave in one run as they do in one FIFO with ACKs queued with data
+    (htsim's configuration); with control-class ACKs (k=8 permutations, 64 points) rounds
+    per window fall from 9.8 to 4.0, and ``vmap`` runs 13 % faster, ``map`` 2 % (README,
     Performance)."""
-    asked = max(e.sim.run_packets for e in experiments)
-    if asked:
-        return asked
-    return RUN_PACKETS if any(e.packet.ack_class == AckClass.data for e in experiments) else 1
+    return max(e.sim.run_packets for e in experiments) or RUN_PACKETS
 
 
 def _learned_restore(e: Experiment) -> bool:

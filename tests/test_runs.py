@@ -102,13 +102,14 @@ def test_few_ports_running_equal_one_packet_a_round(one_a_round, monkeypatch):
     assert_same([outcome(r) for r in run_small(EXPERIMENTS, run_packets=4, **SHAPES)], one_a_round)
 
 
-def test_sim_run_packets_chooses_runs_where_acks_queue_with_data():
-    """0 (the default) chooses: runs where an experiment queues ACKs with data; a value
-    asked for holds for the batch (its largest); out of range is an error naming the key."""
+def test_sim_run_packets_chooses_runs_unless_asked():
+    """0 (the default) chooses runs, whatever the ACK class; a value asked for holds for the
+    batch (its largest, 1 included: no runs); out of range is an error naming the key."""
     flows = make_flows([1], [0], [10_000])
     control, data = (Experiment(FAT_TREE, flows, packet=PacketConfig(ack_class=c)) for c in ("control", "data"))
-    assert needed_static([control]).run_packets == 1
+    assert needed_static([control]).run_packets == RUN_PACKETS
     assert needed_static([control, data]).run_packets == RUN_PACKETS
+    assert needed_static([Experiment(FAT_TREE, flows, sim=SimConfig(run_packets=1))]).run_packets == 1
     asked = Experiment(FAT_TREE, flows, sim=SimConfig(run_packets=4))
     assert needed_static([control, asked]).run_packets == 4
     with pytest.raises(InputError, match="sim.run_packets"):

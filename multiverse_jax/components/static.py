@@ -47,9 +47,9 @@ class Static:
     prefix_columns: int = 0  # columns per host of the pool prefix windows run on while the packets fit
     #   (``ops/pool.py``; 0: the whole pool always). A choice, not a shape an experiment needs
 
-    run_packets: int = 1  # M: packets one port may start in one transmit round, one after another from one queue
-    #   (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS where some experiment
-    #   queues ACKs with data (packet.ack_class=data: trains form in one FIFO), else 1. A choice, not a shape
+    run_packets: int = 1  # M: packets one port may start in one transmit round, one after another from its class
+    #   queues (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS unless
+    #   ``sim.run_packets`` asks for another. A choice, not a shape
     lockstep_experiments: int = 0  # B: experiments a vmap batch steps in lockstep at once, in B lanes that each take
     #   the next experiment when theirs stops (``engine.lockstep_lanes``; 0: by backend, the whole batch on an
     #   accelerator, a cache's worth of pools on a CPU). A choice, not a shape

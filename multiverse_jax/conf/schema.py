@@ -555,9 +555,9 @@ class SimConfig(Group):
     max_time_us: float = 1_000_000.0  # stop (and fail) an experiment that runs past this
     sample_interval_us: float = 5.0  # time-series period in µs; 0 = off
     mode: SimMode = SimMode.packet  # packet | hybrid (one batch may mix them) | flow
-    # Packets a port may start in one transmit round from one FIFO (ops/runs.py; the largest of
-    # a batch): 0 chooses, 8 where ACKs queue with data (packet.ack_class=data), else 1. Same
-    # results, bit for bit; only the speed differs (README, Performance)
+    # Packets a port may start in one transmit round, its class queues merged by strict priority
+    # (ops/runs.py; the largest of a batch): 0 chooses 8; 1 turns runs off. Same results, bit
+    # for bit; only the speed differs (README, Performance)
     run_packets: int = 0
     # sim.batching=vmap: experiments stepped in lockstep at once, in lanes that each take the next
     # experiment when theirs stops (engine.lockstep_lanes; the largest of a batch): 0 chooses, the

@@ -11,7 +11,7 @@ start = max(port free, packet arrival, PFC release); the last bit reaches the fa
 ``serialisation + link delay`` later, which is past the window because every link delay
 is at least the window. Each round (``serve_round``), all ports of all experiments start
 one packet, and with ``Static.run_packets`` > 1 some ports also the packets queued behind
-it that the next rounds would start there (a run, ``ops/runs.py``); rounds repeat until
+it that the next rounds would start there, in any of its classes (a run, ``ops/runs.py``); rounds repeat until
 no port can start another packet inside the window.
 
 Nothing joins a queue during the window (arrivals were queued by ``forward``), so the
