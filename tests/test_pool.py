@@ -81,3 +81,23 @@ def test_a_window_takes_no_column_past_the_bound():
 def test_default_prefix_only_for_large_pools():
     assert pool.default_prefix_columns(16, 256) == 0  # the quick start's pool: 4,096 slots
     assert pool.default_prefix_columns(128, 512) == 256
+
+
+def test_a_prefix_stretch_of_no_window_keeps_the_whole_pools_order():
+    """The engine copies the prefix out and back even where no window runs on it. The
+    whole pool's kept service order must come back as it was: ``shrink`` marks a kept
+    packet past the prefix as none, and an order that no longer holds makes the next
+    window sort every queued packet instead of merging its arrivals. Where a window ran
+    (or the experiment's last, which counts none), the prefix's order comes back."""
+    batch = build_batch(_mixed_experiments(), static=SMALL, slots_per_host=SMALL.slots_per_host)
+    params, state = jax.tree.map(lambda x: x[0], (batch.params, batch.state))
+    n_slots, n = SMALL.n_slots, PREFIX * SMALL.n_hosts
+    slot = np.arange(n_slots, dtype=np.int32)[::-1].copy()  # a kept order naming slots past the prefix
+    state = state.replace(order=state.order.replace(order_slot=slot, order_time_ps=np.arange(n_slots, dtype=np.int64)))
+    _, small = pool.shrink(params, state, PREFIX)
+    assert np.any(np.asarray(small.order.order_slot) == n)  # what shrink marks as none
+    kept = pool.grow(SMALL, state, small)
+    assert _leaves_differing(kept.order, state.order) == []
+    for ran in (small.replace(n_windows=small.n_windows + 1), small.replace(done=~small.done)):
+        grown = pool.grow(SMALL, state, ran)
+        assert np.array_equal(grown.order.order_slot[:n], np.where(slot[:n] >= n, n_slots, slot[:n]))

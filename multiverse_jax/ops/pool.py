@@ -94,12 +94,22 @@ def grow(static: Static, state: State, small: State) -> State:
     back. Positions of the kept order past the prefix's are past every queue. A prefix
     too small to keep its order (``queues.sort_sizes``: it sorts every window) leaves none
     kept, where the whole pool would keep one: the next window on the whole pool sorts
-    (or merges) from nothing kept, to the same order."""
+    (or merges) from nothing kept, to the same order.
+
+    Where no window ran on the prefix (a stretch of none: the engine's loop copies the
+    prefix out and back all the same), the whole pool keeps its own order: ``shrink``
+    marks a kept packet past the prefix as none, and that order would no longer hold, so
+    the next window would sort every queued packet instead of merging its arrivals (k=8
+    sweep point: one sort of 65,536 places at each call's first window)."""
     n, n_slots = small.packets.pkt_valid.shape[0], static.n_slots
     packets = jax.tree.map(lambda whole, part: jax.lax.dynamic_update_slice_in_dim(whole, part, 0, 0), state.packets, small.packets)
     if not sort_sizes(n):
-        return small.replace(packets=packets, order=jax.tree.map(jnp.asarray, initial_order_state(static)))
-    order = small.order
-    order_slot = jnp.concatenate([jnp.where(order.order_slot >= n, n_slots, order.order_slot), jnp.full(n_slots - n, n_slots, jnp.int32)])
-    order_time_ps = jnp.concatenate([order.order_time_ps, jnp.full(n_slots - n, NEVER, jnp.int64)])
-    return small.replace(packets=packets, order=order.replace(order_slot=order_slot, order_time_ps=order_time_ps))
+        order = jax.tree.map(jnp.asarray, initial_order_state(static))
+    else:
+        order = small.order
+        order_slot = jnp.concatenate([jnp.where(order.order_slot >= n, n_slots, order.order_slot), jnp.full(n_slots - n, n_slots, jnp.int32)])
+        order_time_ps = jnp.concatenate([order.order_time_ps, jnp.full(n_slots - n, NEVER, jnp.int64)])
+        order = order.replace(order_slot=order_slot, order_time_ps=order_time_ps)
+    ran = (small.n_windows != state.n_windows) | (small.done != state.done)  # an experiment's last window counts none
+    order = jax.tree.map(lambda grown, whole: jnp.where(ran, grown, whole), order, state.order)
+    return small.replace(packets=packets, order=order)
