@@ -131,7 +131,7 @@ def _run_packets(experiments) -> int:
     RUN_PACKETS. A run follows a port's class queues merged by strict priority, so control
     ACKs and data leave in one run as they do in one FIFO with ACKs queued with data
     (htsim's configuration); with control-class ACKs (k=8 permutations, 64 points) rounds
-    per window fall from 9.8 to 4.0, and ``vmap`` runs 13 % faster, ``map`` 2 % (README,
+    per window fall from 9.8 to 4.0, and ``vmap`` runs 14 % faster, ``map`` 2 % (README,
     Performance)."""
     return max(e.sim.run_packets for e in experiments) or RUN_PACKETS
 

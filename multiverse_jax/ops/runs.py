@@ -242,10 +242,11 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     """The runs behind every port's first departure ``first`` (class ``chosen`` (P,);
     ``state``: its ports after it; ``end0`` (Q,): one past each queue's packets arrived
     by its start; ``offer_ready_ps`` (P, C): each NIC port's offers, NEVER at switches):
-    at the ports with the most packets behind it (``runners``), as many of their next R
-    packets as the rounds after this one would start there, one a round (``behind``, cut
-    by ``still_chosen`` and ``queues_behind``): arrays over (R, K), scans along the run,
-    no loop. None of it runs in a round where no port has a packet behind its first.
+    at the ports with the most packets queued behind it in any class (``runners``), as
+    many of their next R packets as the rounds after this one would start there, one a
+    round (``behind``'s recurrence over the rows, cut by its ``chosen_ok`` and by
+    ``queues_behind``): arrays over (R, K). None of it runs in a round where no port has
+    a packet behind its first.
 
     Returns the ``Rows`` and the pool with the runs' packets on the wire: ``leave(params,
     packets, rows)`` writes them (``systems.transmit.leave``), in the same branch, so an
