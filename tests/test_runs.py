@@ -145,19 +145,19 @@ def test_starts_merge_the_class_queues_by_strict_priority():
             ser = (int(wire_bytes[k][position[k]]) * 8 * 10**12 + rate - 1) // rate
             expected.append((k, start[k]))
             free, position[k] = start[k] + ser, position[k] + 1
-        order, head, first, params = _two_queues(static, arrival_ps, wire_bytes, first_end_ps)
+        order, head, params = _two_queues(static, arrival_ps, wire_bytes)
         held = (jnp.zeros(1, jnp.int64), jnp.full(1, NEVER, jnp.int64))  # no pause
         no_offer = jnp.full((1, 1), NEVER, jnp.int64)
-        nxt = runs.behind(params, order, head, first, jnp.ones(1, jnp.int32), jnp.zeros(1, jnp.int32), held, no_offer, 10**9)
+        first_end = jnp.full(1, first_end_ps, jnp.int64)
+        nxt = runs.behind(params, order, head, first_end, jnp.ones(1, jnp.int32), jnp.zeros(1, jnp.int32), held, no_offer, 10**9)
         assert np.all(np.asarray(nxt.chosen_ok))
         np.testing.assert_array_equal(np.asarray(nxt.queue_class)[:, 0], [k for k, _ in expected])
         np.testing.assert_array_equal(np.asarray(nxt.start)[:, 0], [start for _, start in expected])
 
 
-def _two_queues(static, arrival_ps, wire_bytes, first_end_ps):
+def _two_queues(static, arrival_ps, wire_bytes):
     """A service order whose queue 0 (control) holds ``arrival_ps[0]`` and queue 1 (data)
-    a first packet then ``arrival_ps[1]``, and a first data departure ending at
-    ``first_end_ps``, on 100 Gb/s links (window from 0 to 1 ms)."""
+    a first packet then ``arrival_ps[1]``, its pointers, and 100 Gb/s links (a window of 1 ms)."""
     time_ps = np.concatenate([arrival_ps[0], [0], arrival_ps[1]]).astype(np.int64)
     wire = np.concatenate([wire_bytes[0], [0], wire_bytes[1]]).astype(np.int32)
     n, pad = len(time_ps), 8
@@ -170,13 +170,7 @@ def _two_queues(static, arrival_ps, wire_bytes, first_end_ps):
         jnp.arange(n + pad, dtype=jnp.int32), jnp.asarray(time_ps), jnp.zeros(n + pad + 1, jnp.int64),
         jnp.array([len(arrival_ps[0]), n], jnp.int32), packet,
     )  # fmt: skip
-    zero = jnp.zeros(1, jnp.int64)
-    first = runs.Departures(
-        zero, jnp.zeros(1, bool), jnp.zeros(1, jnp.int32), jnp.ones(1, bool), jnp.ones(1, bool), jnp.zeros(1, bool),
-        jnp.zeros(1, bool), jnp.zeros(1, jnp.int32), jnp.zeros(1, jnp.int32), jnp.full(1, first_end_ps, jnp.int64),
-        zero, zero, zero, jnp.zeros(1, jnp.int32), jnp.zeros(1, jnp.int32),
-    )  # fmt: skip
     params = SimpleNamespace(
         static=static, window_ps=10**9, links=SimpleNamespace(link_rate_bps=jnp.full(1, 100 * 10**9, jnp.int64))
     )
-    return order, jnp.array([0, len(arrival_ps[0])], jnp.int32), first, params
+    return order, jnp.array([0, len(arrival_ps[0])], jnp.int32), params

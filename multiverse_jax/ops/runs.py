@@ -132,9 +132,10 @@ class Behind(NamedTuple):
     free_ps: jnp.ndarray  # int64 when the port falls free before it (the departure before ends)
 
 
-def behind(params: Params, order, head, first: Departures, chosen, who, held, offer_ps, window_end_ps) -> Behind:
-    """The next R packets that ports ``who`` (K,) start after their ``first`` departures
-    ((K,) each, of class ``chosen`` (K,)), as the rounds after this one would choose them
+def behind(params: Params, order, head, first_end_ps, chosen, who, held, offer_ps, window_end_ps) -> Behind:
+    """The next R packets that ports ``who`` (K,) start after their first departures
+    (of class ``chosen`` (K,), whose last bits leave at ``first_end_ps`` (K,): the window's
+    end where a port starts nothing), as the rounds after this one would choose them
     one by one (``systems.transmit.start_times``): when the port falls free, the class
     whose candidate starts first, ties to the lower class; a control packet at max(port
     free, its arrival), a data packet also not before the window start and its PFC
@@ -155,7 +156,7 @@ def behind(params: Params, order, head, first: Departures, chosen, who, held, of
     queue = n_classes * who[:, None] + jnp.arange(n_classes)  # (K, 1 + C)
     queue_end = order.queue_end[queue]
     position = head[queue] + (jnp.arange(n_classes) == chosen[:, None])  # the first's class: past it
-    free_ps = jnp.where(first.sends, first.start + first.ser_ps, window_end_ps)  # nothing follows no departure
+    free_ps = first_end_ps
     # Candidates in order of precedence on ties: control, then per data class its queued
     # packet before its NIC's offer (a NIC serves a queued ACK of a class ahead of its data).
     # (Computed, not literal arrays: a function under ``lockstep.when_any`` may close over none.)
@@ -277,9 +278,9 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
     who = runners(n_behind, run_ports(params.static), run_rows(params.static) - 1)  # (K,) P where none
     at = jnp.minimum(who, n_ports - 1)  # gathers read a port; writes to P are dropped
     first_k = jax.tree.map(lambda column: column[at], first)
-    first_end_ps = jnp.where(first_k.sends, first_k.start + first_k.ser_ps, window_end_ps)
+    first_end_ps = jnp.where(first_k.sends, first_k.start + first_k.ser_ps, window_end_ps)  # no departure: no row follows
     held = pfc.held_until_ps(params, links, jnp.maximum(first_end_ps, window_start_ps), at)
-    nxt = behind(params, order, head, first_k, chosen[at], at, held, offer_ready_ps[at], window_end_ps)
+    nxt = behind(params, order, head, first_end_ps, chosen[at], at, held, offer_ready_ps[at], window_end_ps)
     queue_bytes, ends, known = queues_behind(order, head, end0, nxt, first_k.wire_bytes, at, n_classes)
     starts = nxt.chosen_ok & known & (nxt.start < window_end_ps)
     runs_here = (who < n_ports) & (n_behind[at] > 0)
@@ -304,7 +305,7 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
     last_ends = jnp.take_along_axis(ends, jnp.maximum(sent_by_queue - 1, 0)[None], axis=0)[0]
     kept_ends = end0[jnp.minimum(queue, end0.shape[0] - 1)]
     ends = end0.at[queue].set(jnp.where(sent_by_queue > 0, last_ends, kept_ends), mode="drop")
-    served = jnp.zeros(n_ports * n_classes, jnp.int32).at[n_classes * who + nxt.queue_class].add(sends, mode="drop")
+    served = jnp.zeros(n_ports * n_classes, jnp.int32).at[n_classes * who + nxt.queue_class].add(sends.astype(jnp.int32), mode="drop")
     return Rows(dep, who, nxt.packet, queue_bytes, tx_bytes, ports, over, served, ends)
 
 
