@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 14's tables on a lent GPU, in one call of the workplace's device tool (15 minutes of
+# device time a session, start included): every step is bounded by `timeout` and writes its
+# JSON under $OUT as it goes, so a slow step costs its own rows only.
+#
+#   device run: bash benchmarks/gpu_tables.sh      (carry: .whl)
+#
+# The device image has JAX with CUDA but no Hydra: hydra-core, omegaconf and
+# antlr4-python3-runtime travel as wheels in .whl/ (pip download / pip wheel here; the
+# device has no registry). On any other machine with the package installed, the wheel step
+# is skipped and the same steps run on whatever backend JAX finds.
+set -u
+OUT=${OUT:-benchmarks/results/gpu}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ! python3 -c "import hydra" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}.:benchmarks
+export JAX_COMPILATION_CACHE_DIR=/tmp/jax_cache  # one E=1 program serves both modes' baselines
+log="$OUT/log.txt"
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv 2>&1
+  python3 -c "import jax; print('jax', jax.__version__, jax.devices())" || exit 1
+} 2>&1 | tee "$log"
+
+step() {  # step SECONDS ARGS...: one benchmark, bounded, logged
+  local limit=$1; shift
+  echo "== $(date -u +%T) $*" | tee -a "$log"
+  timeout "$limit" python3 "$@" 2>&1 | tee -a "$log"
+}
+# k=8 permutation, the README's table: vmap (the whole batch in lockstep on an accelerator)
+step ${ET_VMAP_S:-230} benchmarks/engine_throughput.py --ks 8 --experiments ${ET_E:-64,1024} --batching vmap \
+  --baseline-max 2 --round-samples 0 --htsim-points 0 --min-time 1 --max-repeats 3 --out "$OUT/et_vmap.json"
+# the issue's sweep: 32 points of 128-host permutations, 4 MB flows, 9000 B MTU
+step ${SWEEP_S:-150} benchmarks/sweep_vs_htsim.py --points ${SWEEP_POINTS:-32} --modes vmap --devices 1 \
+  --htsim-points 0 --out "$OUT/sweep_vmap.json"
+# map (one experiment after another inside the program) at E = 64, for vmap / map on this device
+step ${ET_MAP_S:-100} benchmarks/engine_throughput.py --ks 8 --experiments 64 --batching map \
+  --baseline-max 1 --round-samples 0 --htsim-points 0 --min-time 0 --max-repeats 1 --out "$OUT/et_map.json"
+echo "== $(date -u +%T) done" | tee -a "$log"
