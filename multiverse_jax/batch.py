@@ -123,7 +123,8 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
     )
     if flow_level:
         return static
-    return dataclasses.replace(static, prefix_columns=default_prefix_columns(static.n_hosts, static.slots_per_host))
+    outer, inner = default_prefix_columns(static.n_hosts, static.slots_per_host)
+    return dataclasses.replace(static, prefix_columns=outer, prefix_inner_columns=inner)
 
 
 def _run_packets(experiments) -> int:
@@ -195,7 +196,7 @@ def build_batch(
                 f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
             )
         # Not shapes an experiment needs (ops/pool.py, systems/transmit.py, engine.py).
-        choices = {"prefix_columns", "run_packets", "lockstep_experiments"}
+        choices = {"prefix_columns", "prefix_inner_columns", "run_packets", "lockstep_experiments"}
         small = [
             f.name for f in dataclasses.fields(Static)
             if f.name not in choices and getattr(static, f.name) < getattr(needed, f.name)

@@ -173,7 +173,8 @@ def _steps_until_stopped(step_fn, params: Params, state: State, batched: bool, m
 
     def on_prefix(s):
         small_params, small = each(lambda p_, s_: pool.shrink(p_, s_, columns))(params, s)
-        small = _windows(step_fn, small_params, small, lambda p, s_: fits(p, s_) & also(p, s_))
+        # The prefix is a smaller pool: its windows run on its own prefix in turn, if it has one.
+        small = _steps_until_stopped(step_fn, small_params, small, batched, lambda p, s_: fits(p, s_) & also(p, s_))
         return each(lambda s_, small_: pool.grow(params.static, s_, small_))(s, small)
 
     def on_whole_pool(s):

@@ -17,6 +17,9 @@ from test_engine import _mixed_experiments
 # Columns of SMALL's 128. The mixed experiments hold up to 37 columns and can create up to
 # 6 packets a window: their windows fit at first, then not, then again (checked below).
 PREFIX = 32
+# A prefix around that one (``Static.prefix_columns``, PREFIX inside it): some windows need
+# more than PREFIX but fit in it, some need more than it (checked below).
+OUTER = 40
 
 
 def _leaves_differing(a, b) -> list[str]:
@@ -29,14 +32,16 @@ def _leaves_differing(a, b) -> list[str]:
 
 @pytest.mark.parametrize("batching", ["map", "vmap"])
 def test_windows_on_the_live_prefix_equal_the_whole_pool(batching):
+    # Two prefixes, one inside the other (the default's form): windows on the whole pool,
+    # on OUTER's columns and on PREFIX's, and every switch between them.
     exps = _mixed_experiments()
     final = {}
-    for columns in (0, PREFIX):
-        static = dataclasses.replace(SMALL, prefix_columns=columns)
+    for columns, inner in ((0, 0), (OUTER, PREFIX)):
+        static = dataclasses.replace(SMALL, prefix_columns=columns, prefix_inner_columns=inner)
         batch = build_batch(exps, static=static, slots_per_host=static.slots_per_host, batch_size=len(exps))
         final[columns], _ = engine.run(batch.params, batch.state, batching=batching)
     assert np.all(final[0].done) and not np.any(final[0].error)
-    assert _leaves_differing(final[0], final[PREFIX]) == []
+    assert _leaves_differing(final[0], final[OUTER]) == []
 
 
 def test_hybrid_windows_on_the_live_prefix_equal_the_whole_pool():
@@ -57,9 +62,9 @@ def test_hybrid_windows_on_the_live_prefix_equal_the_whole_pool():
 
 @jax.jit
 def _columns_and_bound(params, state):
-    fits = jax.vmap(lambda p, s: pool.prefix_fits(p, s, PREFIX))(params, state)
+    fits = [jax.vmap(lambda p, s: pool.prefix_fits(p, s, columns))(params, state) for columns in (PREFIX, OUTER)]
     in_use = jax.vmap(lambda p, s: pool.columns_in_use(p, s.packets))(params, state)
-    return in_use, jax.vmap(pool.creatable_packets)(params, state), fits
+    return in_use, jax.vmap(pool.creatable_packets)(params, state), fits[0].astype(int) + fits[1].astype(int)
 
 
 def test_a_window_takes_no_column_past_the_bound():
@@ -75,12 +80,24 @@ def test_a_window_takes_no_column_past_the_bound():
         after, _, _ = map(np.asarray, _columns_and_bound(params, state))
         assert np.all(after <= in_use + bound), (in_use, bound, after)
         seen_fit.update(fits.tolist())
-    assert seen_fit == {True, False}  # the prefix test's windows run on both
+    assert seen_fit == {0, 1, 2}  # the prefix test's windows run on the whole pool, OUTER and PREFIX
 
 
 def test_default_prefix_only_for_large_pools():
-    assert pool.default_prefix_columns(16, 256) == 0  # the quick start's pool: 4,096 slots
-    assert pool.default_prefix_columns(128, 512) == 256
+    assert pool.default_prefix_columns(16, 256) == (0, 0)  # the quick start's pool: 4,096 slots
+    assert pool.default_prefix_columns(128, 512) == (384, 256)
+
+
+def test_the_prefix_of_a_prefix():
+    """``shrink`` gives the prefix's pool its own prefix (``Static.prefix_inner_columns``),
+    and that one none: the engine nests them once."""
+    static = dataclasses.replace(SMALL, prefix_columns=OUTER, prefix_inner_columns=PREFIX)
+    batch = build_batch(_mixed_experiments(), static=static, slots_per_host=SMALL.slots_per_host)
+    params, state = jax.tree.map(lambda x: x[0], (batch.params, batch.state))
+    small_params, _ = pool.shrink(params, state, OUTER)
+    assert (small_params.static.slots_per_host, small_params.static.prefix_columns) == (OUTER, PREFIX)
+    smaller_params, _ = pool.shrink(small_params, state, PREFIX)
+    assert (smaller_params.static.slots_per_host, smaller_params.static.prefix_columns) == (PREFIX, 0)
 
 
 def test_a_prefix_stretch_of_no_window_keeps_the_whole_pools_order():

@@ -46,6 +46,8 @@ class Static:
     #   1: no experiment has topology.link_events, and the epoch selection is compiled out)
     prefix_columns: int = 0  # columns per host of the pool prefix windows run on while the packets fit
     #   (``ops/pool.py``; 0: the whole pool always). A choice, not a shape an experiment needs
+    prefix_inner_columns: int = 0  # the prefix's own prefix: fewer columns still, where the windows on
+    #   the prefix run while their packets fit in them (0: none). A choice, not a shape
 
     run_packets: int = 1  # M: packets one port may start in one transmit round, one after another from its class
     #   queues (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS unless

@@ -39,13 +39,20 @@ from multiverse_jax.ops.queues import sort_sizes
 from multiverse_jax.ops.segments import count_by
 from multiverse_jax.units import NEVER
 
-PREFIX_MIN_SLOTS = 16384  # pools at least this large run on half their columns when they can (default_prefix_columns)
+PREFIX_MIN_SLOTS = 16384  # pools at least this large run on a prefix of their columns when they can (default_prefix_columns)
 
 
-def default_prefix_columns(n_hosts: int, slots_per_host: int) -> int:
-    """The prefix a pool runs on by default: half its columns, for pools of at least
-    ``PREFIX_MIN_SLOTS`` slots (smaller ones would compile longer than they would save); 0: none."""
-    return slots_per_host // 2 if n_hosts * slots_per_host >= PREFIX_MIN_SLOTS else 0
+def default_prefix_columns(n_hosts: int, slots_per_host: int) -> tuple[int, int]:
+    """The prefixes a pool runs on by default (``Static.prefix_columns``,
+    ``prefix_inner_columns``): three quarters of its columns, and inside that half of
+    them, for pools of at least ``PREFIX_MIN_SLOTS`` slots (smaller ones would compile
+    longer than they would save); 0: none. Two levels because the columns a busy pool
+    uses wander: the htsim sweep's point (k=8, 512 slots a host) needed 215-342 columns
+    over 120 windows (+3 a window may create), so half the pool held 38 % of its windows
+    and three quarters all of them (README, Performance)."""
+    if n_hosts * slots_per_host < PREFIX_MIN_SLOTS:
+        return 0, 0
+    return 3 * slots_per_host // 4, slots_per_host // 2
 
 
 def columns_in_use(params: Params, pkts) -> jax.Array:
@@ -82,7 +89,10 @@ def shrink(params: Params, state: State, columns: int) -> tuple[Params, State]:
     """The experiment on its pool's first ``columns`` columns: the packets of those slots,
     the kept service order (every kept packet is live, so in them) with its sentinel moved."""
     n = columns * params.static.n_hosts
-    small = params.replace(static=dataclasses.replace(params.static, slots_per_host=columns, prefix_columns=0))
+    inner = params.static.prefix_inner_columns if params.static.prefix_inner_columns < columns else 0
+    small = params.replace(
+        static=dataclasses.replace(params.static, slots_per_host=columns, prefix_columns=inner, prefix_inner_columns=0)
+    )
     order = state.order
     order_slot = order.order_slot[:n]
     order = order.replace(order_slot=jnp.where(order_slot >= n, n, order_slot), order_time_ps=order.order_time_ps[:n])
