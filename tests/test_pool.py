@@ -86,6 +86,7 @@ def test_a_window_takes_no_column_past_the_bound():
 def test_default_prefix_only_for_large_pools():
     assert pool.default_prefix_columns(16, 256) == (0, 0)  # the quick start's pool: 4,096 slots
     assert pool.default_prefix_columns(128, 512) == (384, 256)
+    assert pool.default_prefix_columns(128, 512, two_levels=False) == (256, 0)
 
 
 def test_the_prefix_of_a_prefix():

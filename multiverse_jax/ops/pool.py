@@ -42,16 +42,21 @@ from multiverse_jax.units import NEVER
 PREFIX_MIN_SLOTS = 16384  # pools at least this large run on a prefix of their columns when they can (default_prefix_columns)
 
 
-def default_prefix_columns(n_hosts: int, slots_per_host: int) -> tuple[int, int]:
+def default_prefix_columns(n_hosts: int, slots_per_host: int, two_levels: bool = True) -> tuple[int, int]:
     """The prefixes a pool runs on by default (``Static.prefix_columns``,
-    ``prefix_inner_columns``): three quarters of its columns, and inside that half of
-    them, for pools of at least ``PREFIX_MIN_SLOTS`` slots (smaller ones would compile
-    longer than they would save); 0: none. Two levels because the columns a busy pool
-    uses wander: the htsim sweep's point (k=8, 512 slots a host) needed 215-342 columns
-    over 120 windows (+3 a window may create), so half the pool held 38 % of its windows
-    and three quarters all of them (README, Performance)."""
+    ``prefix_inner_columns``), for pools of at least ``PREFIX_MIN_SLOTS`` slots (smaller
+    ones would compile longer than they would save; 0: none): half its columns, or with
+    ``two_levels`` three quarters of them and inside that half.
+
+    Two levels because the columns a busy pool uses wander: the htsim sweep's point (k=8,
+    512 slots a host) needed 215-342 columns over 120 windows (+3 a window may create), so
+    half the pool held 38 % of its windows and three quarters all of them. They pay on a
+    CPU, where a pass costs its columns (the sweep on two CPU devices 1.16x), and cost a
+    third compiled window (README, Performance); ``build_batch`` asks for them on a CPU only."""
     if n_hosts * slots_per_host < PREFIX_MIN_SLOTS:
         return 0, 0
+    if not two_levels:
+        return slots_per_host // 2, 0
     return 3 * slots_per_host // 4, slots_per_host // 2
 
 
