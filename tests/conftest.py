@@ -209,19 +209,19 @@ def pytest_unconfigure(config):
 
 
 # The heaviest modules first (seconds measured on 2 cores, a CI-form run without ../shared
-# on 2026-11-24, plus the two modules that need it): pytest-xdist's loadfile hands a worker
-# the next module as it frees up (in this order: ``--no-loadscope-reorder`` in
-# pyproject.toml), so starting with the longest leaves short ones to fill the end, and the
-# two workers finish closer together.
+# on 2026-11-28, plus the two modules that need it, from 2026-11-24): pytest-xdist's
+# loadfile hands a worker the next module as it frees up (in this order:
+# ``--no-loadscope-reorder`` in pyproject.toml), so starting with the longest leaves short
+# ones to fill the end, and the two workers finish closer together.
 MODULE_SECONDS = {
-    "test_hybrid.py": 167, "test_experiments.py": 80, "test_engine.py": 83, "test_cli.py": 55, "test_sweep.py": 75,
-    "test_flow_mode.py": 75, "test_hpcc_htsim.py": 63, "test_link_events.py": 61, "test_ray_backend.py": 51,
-    "test_restorer_dataset.py": 46, "test_queues.py": 44, "test_lockstep.py": 32, "test_invariants.py": 43,
-    "test_pfc_exact.py": 41, "test_search.py": 40, "test_workload_files.py": 39, "test_collective_times.py": 37,
-    "test_cc.py": 35, "test_sharding.py": 35, "test_restorer_model.py": 34, "test_golden.py": 45,
-    "test_vs_htsim.py": 25, "test_ack_class.py": 20, "test_timeseries.py": 18, "test_overflow.py": 17,
-    "test_closed_form.py": 15, "test_failures.py": 15, "test_tasks.py": 14, "test_importers.py": 13,
-    "test_prefix_scans.py": 11, "test_pool.py": 90,
+    "test_pool.py": 131, "test_hybrid.py": 107, "test_engine.py": 51, "test_sweep.py": 51, "test_cli.py": 50,
+    "test_experiments.py": 50, "test_link_events.py": 49, "test_flow_mode.py": 38, "test_cc.py": 38,
+    "test_queues.py": 34, "test_ray_backend.py": 34, "test_sharding.py": 34, "test_hpcc_htsim.py": 31,
+    "test_runs.py": 28, "test_golden.py": 26, "test_ack_class.py": 25, "test_vs_htsim.py": 25,
+    "test_restorer_dataset.py": 25, "test_search.py": 25, "test_invariants.py": 24, "test_lockstep.py": 21,
+    "test_pfc_exact.py": 21, "test_collective_times.py": 20, "test_restorer_model.py": 19,
+    "test_closed_form.py": 15, "test_timeseries.py": 13, "test_failures.py": 11, "test_tasks.py": 10,
+    "test_overflow.py": 10, "test_importers.py": 7, "test_cc_config.py": 5,
 }  # fmt: skip
 
 

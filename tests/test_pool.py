@@ -3,6 +3,7 @@ host compute what the whole pool computes, bit for bit, in both batching modes; 
 bound on the packets a window creates, which makes that so, holds window by window."""
 
 import dataclasses
+import functools
 
 import jax
 import numpy as np
@@ -30,18 +31,26 @@ def _leaves_differing(a, b) -> list[str]:
     ]
 
 
+def _mixed_final(batching: str, columns: int = 0, inner: int = 0):
+    static = dataclasses.replace(SMALL, prefix_columns=columns, prefix_inner_columns=inner)
+    batch = build_batch(_mixed_experiments(), static=static, slots_per_host=static.slots_per_host)
+    return engine.run(batch.params, batch.state, batching=batching)[0]
+
+
+@functools.cache
+def _whole_pool_final():
+    """The mixed experiments on the whole pool, once for both modes (``map`` and ``vmap``
+    give the same results bit for bit: ``test_engine``)."""
+    return _mixed_final("map")
+
+
 @pytest.mark.parametrize("batching", ["map", "vmap"])
 def test_windows_on_the_live_prefix_equal_the_whole_pool(batching):
     # Two prefixes, one inside the other (the default's form): windows on the whole pool,
     # on OUTER's columns and on PREFIX's, and every switch between them.
-    exps = _mixed_experiments()
-    final = {}
-    for columns, inner in ((0, 0), (OUTER, PREFIX)):
-        static = dataclasses.replace(SMALL, prefix_columns=columns, prefix_inner_columns=inner)
-        batch = build_batch(exps, static=static, slots_per_host=static.slots_per_host, batch_size=len(exps))
-        final[columns], _ = engine.run(batch.params, batch.state, batching=batching)
-    assert np.all(final[0].done) and not np.any(final[0].error)
-    assert _leaves_differing(final[0], final[OUTER]) == []
+    whole = _whole_pool_final()
+    assert np.all(whole.done) and not np.any(whole.error)
+    assert _leaves_differing(whole, _mixed_final(batching, OUTER, PREFIX)) == []
 
 
 def test_hybrid_windows_on_the_live_prefix_equal_the_whole_pool():
