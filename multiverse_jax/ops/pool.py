@@ -20,8 +20,12 @@ the prefix is ever held back by it: there is nothing to check or run again after
 and the engine runs a stretch of windows on one copy of the prefix, copied out of the
 pool before the stretch and back after it (``engine._steps_until_stopped``).
 
-The prefix compiles the window once more, so a batch has one only where the pool is large
-enough to pay for it.
+A prefix is a smaller pool, and it may have a prefix of its own (``Static.prefix_inner_columns``,
+given to the prefix's pool by ``shrink``): the engine then runs the windows on the whole
+pool, on the prefix or on the prefix's prefix, whichever is the smallest that holds the
+next window (``engine._steps_until_stopped`` nests once). Each prefix compiles the window
+once more, so a batch has one only where the pool is large enough to pay for it, and two
+only on a CPU (``default_prefix_columns``).
 """
 
 from __future__ import annotations
@@ -92,7 +96,9 @@ def prefix_fits(params: Params, state: State, columns: int) -> jax.Array:
 
 def shrink(params: Params, state: State, columns: int) -> tuple[Params, State]:
     """The experiment on its pool's first ``columns`` columns: the packets of those slots,
-    the kept service order (every kept packet is live, so in them) with its sentinel moved."""
+    the kept service order (every kept packet is live, so in them) with its sentinel moved.
+    The smaller pool's own prefix is ``Static.prefix_inner_columns`` (where it is smaller),
+    and that one has none."""
     n = columns * params.static.n_hosts
     inner = params.static.prefix_inner_columns if params.static.prefix_inner_columns < columns else 0
     small = params.replace(
