@@ -214,7 +214,7 @@ def pytest_unconfigure(config):
 # ``--no-loadscope-reorder`` in pyproject.toml), so starting with the longest leaves short
 # ones to fill the end, and the two workers finish closer together.
 MODULE_SECONDS = {
-    "test_pool.py": 131, "test_hybrid.py": 107, "test_engine.py": 51, "test_sweep.py": 51, "test_cli.py": 50,
+    "test_hybrid.py": 142, "test_pool.py": 75, "test_engine.py": 51, "test_sweep.py": 51, "test_cli.py": 50,
     "test_experiments.py": 50, "test_link_events.py": 49, "test_flow_mode.py": 38, "test_cc.py": 38,
     "test_queues.py": 34, "test_ray_backend.py": 34, "test_sharding.py": 34, "test_hpcc_htsim.py": 31,
     "test_runs.py": 28, "test_golden.py": 26, "test_ack_class.py": 25, "test_vs_htsim.py": 25,

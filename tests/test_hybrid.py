@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import SMALL
+from test_pool import _leaves_differing
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import HybridConfig, SimConfig
@@ -298,3 +299,19 @@ def test_grow_queues_puts_back_credited_packets():
         assert int(state.flows.flow_rx_packets[0] - grown.flows.flow_rx_packets[0]) == added
         assert int(state.flows.flow_acked_packets[0] - grown.flows.flow_acked_packets[0]) == added
         np.testing.assert_array_equal(grown.flows.flow_sent_packets, state.flows.flow_sent_packets)
+
+
+# In this module, not test_pool.py: its whole-pool run is the program this module's runs
+# have compiled (SHAPES, BATCH), so only the prefix's is compiled for it.
+def test_hybrid_windows_on_the_live_prefix_equal_the_whole_pool():
+    # The hybrid mode frees packets as it freezes partitions (on the prefix) and restores
+    # queues as it thaws them (on the whole pool: a frozen partition keeps the prefix off).
+    exps = [elephants("none", "hybrid", scale=0.05), elephants("none", "hybrid", scale=0.05, restore="mean")]
+    final = {}
+    for columns in (0, 320):  # 5,120 slots: like the whole pool, it keeps its service order (queues.sort_sizes)
+        static = dataclasses.replace(SHAPES, prefix_columns=columns)
+        batch = build_batch(exps, static=static, slots_per_host=static.slots_per_host, batch_size=BATCH)
+        final[columns], _ = engine.run(batch.params, batch.state)
+    assert np.all(final[0].done) and not np.any(final[0].error)
+    assert np.any(final[0].steady.flow_level_ps > 0)  # phases at flow level happened
+    assert _leaves_differing(final[0], final[320]) == []

@@ -53,22 +53,6 @@ def test_windows_on_the_live_prefix_equal_the_whole_pool(batching):
     assert _leaves_differing(whole, _mixed_final(batching, OUTER, PREFIX)) == []
 
 
-def test_hybrid_windows_on_the_live_prefix_equal_the_whole_pool():
-    # The hybrid mode frees packets as it freezes partitions (on the prefix) and restores
-    # queues as it thaws them (on the whole pool: a frozen partition keeps the prefix off).
-    from test_hybrid import BATCH, SHAPES, elephants
-
-    exps = [elephants("none", "hybrid", scale=0.05), elephants("none", "hybrid", scale=0.05, restore="mean")]
-    final = {}
-    for columns in (0, 320):  # 5,120 slots: like the whole pool, it keeps its service order (queues.sort_sizes)
-        static = dataclasses.replace(SHAPES, prefix_columns=columns)
-        batch = build_batch(exps, static=static, slots_per_host=static.slots_per_host, batch_size=BATCH)
-        final[columns], _ = engine.run(batch.params, batch.state)
-    assert np.all(final[0].done) and not np.any(final[0].error)
-    assert np.any(final[0].steady.flow_level_ps > 0)  # phases at flow level happened
-    assert _leaves_differing(final[0], final[320]) == []
-
-
 @jax.jit
 def _columns_and_bound(params, state):
     fits = [jax.vmap(lambda p, s: pool.prefix_fits(p, s, columns))(params, state) for columns in (PREFIX, OUTER)]
