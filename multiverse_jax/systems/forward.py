@@ -20,7 +20,7 @@ from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.components.packets import PacketState
 from multiverse_jax.ops.lockstep import switch_largest
 from multiverse_jax.ops.packets import arriving, at_host, in_host_order, slots_in_host_order
-from multiverse_jax.ops.queues import fifo_order, size_index, sort_by, sort_sizes
+from multiverse_jax.ops.queues import arrival_sizes, fifo_order, size_index, sort_by
 from multiverse_jax.ops.routing import route
 from multiverse_jax.ops.segments import compact, prefix_max
 from multiverse_jax.units import NEVER
@@ -48,13 +48,14 @@ def ports_and_ranks(params: Params, pkts: PacketState, at_switch, window_end_ps)
     arriving at a switch, the order they leave its pipeline in (``pipeline_ranks``).
 
     A window's arrivals are few next to the pool (about one or two per link), so they are
-    compacted (a cumsum) into the smallest of 4096, 16,384, ... places that holds them and
+    compacted (a cumsum) into the smallest of 1,024, 4,096, 16,384, ... places that holds them
+    (``queues.arrival_sizes``) and
     routed there, not over every slot: routing is several gathers per packet. One size runs
     (``lockstep.switch_largest``: under vmap the largest any experiment needs); every size
     gives the same ports and ranks.
     """
     n_slots = params.static.n_slots
-    sizes = sort_sizes(n_slots)
+    sizes = arrival_sizes(n_slots)
 
     def in_places(n_places: int):
         def ports(params, pkts, at_switch, window_end_ps):  # closes over no array: a custom_vmap function may not
