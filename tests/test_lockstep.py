@@ -58,7 +58,7 @@ def test_sort_sizes_chosen_per_batch_keep_batch_equal_to_alone(monkeypatch):
     must sort) and routes arrivals in the largest size any needs, and PFC events in each
     size some experiment needs. FCTs equal each run alone (the same vmap program, the others
     padding that never steps), bit for bit, and those of the whole-pool sort under ``map``."""
-    monkeypatch.setattr(queues, "SMALLEST_SORT", 64)  # queues, arrivals (forward) and PFC events: 64, 256, 1024 places
+    monkeypatch.setattr(queues, "SMALLEST_SORT", 64)  # queues and PFC events: 64, 256, 1024 places; arrivals (forward) also 16
     monkeypatch.setattr(pfc, "PFC_COMPACT_ABOVE", 0)
     monkeypatch.setattr(pfc, "PFC_EVENTS_PER_LINK", 0)
     topo = fattree(4, 100.0, 1.0)
