@@ -50,9 +50,8 @@ def ports_and_ranks(params: Params, pkts: PacketState, at_switch, window_end_ps)
     A window's arrivals are few next to the pool (about one or two per link), so they are
     compacted (a cumsum) into the smallest of 1,024, 4,096, 16,384, ... places that holds
     them (``queues.arrival_sizes``) and routed there, not over every slot: routing is
-    several gathers per packet. One size runs
-    (``lockstep.switch_largest``: under vmap the largest any experiment needs); every size
-    gives the same ports and ranks.
+    several gathers per packet. One size runs (``lockstep.switch_largest``: under vmap the
+    largest any experiment needs); every size gives the same ports and ranks.
     """
     n_slots = params.static.n_slots
     sizes = arrival_sizes(n_slots)
