@@ -310,15 +310,26 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
 
 
 def _watched(params: Params, ports: PortState, dep: Departures, queue_bytes, who):
-    """The queue watch (``watch``) at each departure of the runs, row after row, on the
-    ports ``who`` that run; whether a queue rose above its buffer."""
+    """The queue watch (``watch``) at each departure of the runs, on the ports ``who``
+    that run; whether a queue rose above its buffer. ``watch`` row after row, in closed
+    form: a run's departures are a prefix of its rows, so before each of them the queue
+    is above its buffer since (``port_over_since_ps``) as the row before left it."""
     at = jnp.minimum(who, params.static.n_ports - 1)
-    watched, buffer_bytes = tuple(getattr(ports, name)[at] for name in WATCHED), params.ports.port_buffer_bytes[at]
-    over = jnp.bool_(False)
-    for i in range(dep.sends.shape[0]):  # a recurrence over the rows
-        watched, over_now = watch(watched, buffer_bytes, dep.sends[i], dep.start[i], queue_bytes[i], dep.wire_bytes[i])
-        over = over | jnp.any(over_now)
-    return ports.replace(**{name: getattr(ports, name).at[who].set(value, mode="drop") for name, value in zip(WATCHED, watched)}), over
+    max_queue_bytes, overflow_events, over_buffer_ps, over_since_ps = (getattr(ports, name)[at] for name in WATCHED)
+    buffer_bytes, sampled = params.ports.port_buffer_bytes[at], dep.sends  # (K,), (R, K)
+    since_after_ps = jnp.where(queue_bytes - dep.wire_bytes > buffer_bytes, dep.start, NEVER)  # each row's own
+    since_before_ps = jnp.concatenate([over_since_ps[None], since_after_ps[:-1]])
+    was_over = since_before_ps != NEVER
+    over = sampled & (queue_bytes > buffer_bytes)
+    n_sent = jnp.sum(sampled, axis=0)
+    watched = (
+        jnp.maximum(max_queue_bytes, jnp.max(jnp.where(sampled, queue_bytes, max_queue_bytes), axis=0)),
+        overflow_events + jnp.sum(over & ~was_over, axis=0, dtype=jnp.int32),
+        over_buffer_ps + jnp.sum(jnp.where(sampled & was_over, dep.start - since_before_ps, 0), axis=0),
+        jnp.take_along_axis(jnp.concatenate([over_since_ps[None], since_after_ps]), n_sent[None], axis=0)[0],
+    )
+    ports = ports.replace(**{name: getattr(ports, name).at[who].set(value, mode="drop") for name, value in zip(WATCHED, watched)})
+    return ports, jnp.any(over)
 
 
 def runners(n_behind, n_runners: int, n_rows: int):
