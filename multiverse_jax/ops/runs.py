@@ -11,7 +11,9 @@ start_i = max(available_i, start_(i-1) + ser_(i-1)) (a max-plus recurrence, DESI
 "Time"). ``behind`` follows it row by row over the ports that run, up to the first packet
 the later rounds would not start there (a NIC's offer starts first, PFC's release is not
 known exactly, the window ends, or more packets arrived at the port than the run's queue
-count can see).
+count can see). After a NIC creates a packet its next offers are not known, but none
+starts before the port falls free, where a queued packet already waiting wins: so a run
+follows a NIC's new packet too, through the queued packets (ACKs) waiting by then.
 
 The run is work per port that runs, not per pool slot: up to ``run_ports`` ports with
 packets behind their first run (``runners``), ``run_rows`` - 1 packets each; the others
@@ -134,8 +136,9 @@ class Behind(NamedTuple):
 
 def behind(params: Params, order, head, first_end_ps, chosen, who, held, offer_ps, window_end_ps) -> Behind:
     """The next R packets that ports ``who`` (K,) start after their first departures
-    (of class ``chosen`` (K,), whose last bits leave at ``first_end_ps`` (K,): the window's
-    end where a port starts nothing), as the rounds after this one would choose them
+    (taken from class queue ``chosen`` (K,), 1 + C where it was a NIC's new packet;
+    their last bits leave at ``first_end_ps`` (K,): the window's end where a port starts
+    nothing), as the rounds after this one would choose them
     one by one (``systems.transmit.start_times``): when the port falls free, the class
     whose candidate starts first, ties to the lower class; a control packet at max(port
     free, its arrival), a data packet also not before the window start and its PFC
@@ -254,7 +257,7 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     idle round writes nothing."""
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     n_queued = jnp.sum((order.queue_end - head).reshape(n_ports, n_classes), axis=1)  # every class's, (P,)
-    n_behind = jnp.where(first.sends & ~first.creates, n_queued - 1, 0)
+    n_behind = jnp.where(first.sends, n_queued - (~first.creates), 0)  # a NIC's new packet was not queued
     consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps)
 
     def rows_and_pool(consts, idle):
@@ -280,8 +283,14 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
     first_k = jax.tree.map(lambda column: column[at], first)
     first_end_ps = jnp.where(first_k.sends, first_k.start + first_k.ser_ps, window_end_ps)  # no departure: no row follows
     held = pfc.held_until_ps(params, links, jnp.maximum(first_end_ps, window_start_ps), at)
-    nxt = behind(params, order, head, first_end_ps, chosen[at], at, held, offer_ready_ps[at], window_end_ps)
-    queue_bytes, ends, known = queues_behind(order, head, end0, nxt, first_k.wire_bytes, at, n_classes)
+    # After a NIC's new packet its next offers are unknown, but start no earlier than the
+    # port falls free: a queued packet waiting by then wins (``transmit._nic_ack_first``'s
+    # ties), one not yet there may lose, so the run stops at it. A bound of 0 is that.
+    offer_ps = jnp.where(first_k.creates[:, None], 0, offer_ready_ps[at])
+    took = jnp.where(first_k.creates, n_classes, chosen[at])  # the class queue the first came from (none: new)
+    nxt = behind(params, order, head, first_end_ps, took, at, held, offer_ps, window_end_ps)
+    first_queued_bytes = jnp.where(first_k.creates, 0, first_k.wire_bytes)
+    queue_bytes, ends, known = queues_behind(order, head, end0, nxt, first_queued_bytes, at, n_classes)
     starts = nxt.chosen_ok & known & (nxt.start < window_end_ps)
     runs_here = (who < n_ports) & (n_behind[at] > 0)
     sends = runs_here & (jnp.cumsum(~starts, axis=0) == 0)  # (R, K) up to the first that does not
