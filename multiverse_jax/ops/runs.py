@@ -106,17 +106,23 @@ WATCHED = ("port_max_queue_bytes", "port_overflow_events", "port_over_buffer_ps"
 
 
 def watch(watched, buffer_bytes, sampled, at_ps, queue_bytes, leaving_bytes):
-    """``systems.transmit.watch_queues`` on arrays alike (any ports): the ``WATCHED``
-    fields after the sample, and whether each queue is above its buffer (bool)."""
+    """``systems.transmit.watch_queues`` over rows of samples, (R, K) each (K ports, any;
+    ``watched`` and ``buffer_bytes`` (K,)), whose samples (``sampled``) are a prefix of
+    the rows at each port, as a run's departures are (a round's: R = 1): the ``WATCHED``
+    fields after them, and whether each queue is above its buffer at each (R, K). In
+    closed form, not row after row: before each sample the queue is above its buffer
+    since (``port_over_since_ps``) as the sample before left it."""
     max_queue_bytes, overflow_events, over_buffer_ps, over_since_ps = watched
-    was_over = over_since_ps != NEVER
+    since_after_ps = jnp.where(queue_bytes - leaving_bytes > buffer_bytes, at_ps, NEVER)  # each sample's own
+    since_before_ps = jnp.concatenate([over_since_ps[None], since_after_ps[:-1]])
+    was_over = since_before_ps != NEVER
     over = sampled & (queue_bytes > buffer_bytes)
-    since_ps = jnp.where(queue_bytes - leaving_bytes > buffer_bytes, at_ps, NEVER)
+    n_sampled = jnp.sum(sampled, axis=0)
     return (
-        jnp.where(sampled, jnp.maximum(max_queue_bytes, queue_bytes), max_queue_bytes),
-        overflow_events + (over & ~was_over).astype(jnp.int32),
-        over_buffer_ps + jnp.where(sampled & was_over, at_ps - over_since_ps, 0),
-        jnp.where(sampled, since_ps, over_since_ps),
+        jnp.maximum(max_queue_bytes, jnp.max(jnp.where(sampled, queue_bytes, max_queue_bytes), axis=0)),
+        overflow_events + jnp.sum(over & ~was_over, axis=0, dtype=jnp.int32),
+        over_buffer_ps + jnp.sum(jnp.where(sampled & was_over, at_ps - since_before_ps, 0), axis=0),
+        jnp.take_along_axis(jnp.concatenate([over_since_ps[None], since_after_ps]), n_sampled[None], axis=0)[0],
     ), over
 
 
@@ -257,7 +263,7 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     idle round writes nothing."""
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     n_queued = jnp.sum((order.queue_end - head).reshape(n_ports, n_classes), axis=1)  # every class's, (P,)
-    n_behind = jnp.where(first.sends, n_queued - (~first.creates), 0)  # a NIC's new packet was not queued
+    n_behind = jnp.where(first.sends, n_queued - jnp.where(first.creates, 0, 1), 0)  # a NIC's new packet was not queued
     consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps)
 
     def rows_and_pool(consts, idle):
@@ -319,26 +325,12 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
 
 
 def _watched(params: Params, ports: PortState, dep: Departures, queue_bytes, who):
-    """The queue watch (``watch``) at each departure of the runs, on the ports ``who``
-    that run; whether a queue rose above its buffer. ``watch`` row after row, in closed
-    form: a run's departures are a prefix of its rows, so before each of them the queue
-    is above its buffer since (``port_over_since_ps``) as the row before left it."""
+    """The queue watch (``watch``) at each departure of the runs (R, K), on the ports
+    ``who`` that run; whether a queue rose above its buffer."""
     at = jnp.minimum(who, params.static.n_ports - 1)
-    max_queue_bytes, overflow_events, over_buffer_ps, over_since_ps = (getattr(ports, name)[at] for name in WATCHED)
-    buffer_bytes, sampled = params.ports.port_buffer_bytes[at], dep.sends  # (K,), (R, K)
-    since_after_ps = jnp.where(queue_bytes - dep.wire_bytes > buffer_bytes, dep.start, NEVER)  # each row's own
-    since_before_ps = jnp.concatenate([over_since_ps[None], since_after_ps[:-1]])
-    was_over = since_before_ps != NEVER
-    over = sampled & (queue_bytes > buffer_bytes)
-    n_sent = jnp.sum(sampled, axis=0)
-    watched = (
-        jnp.maximum(max_queue_bytes, jnp.max(jnp.where(sampled, queue_bytes, max_queue_bytes), axis=0)),
-        overflow_events + jnp.sum(over & ~was_over, axis=0, dtype=jnp.int32),
-        over_buffer_ps + jnp.sum(jnp.where(sampled & was_over, dep.start - since_before_ps, 0), axis=0),
-        jnp.take_along_axis(jnp.concatenate([over_since_ps[None], since_after_ps]), n_sent[None], axis=0)[0],
-    )
-    ports = ports.replace(**{name: getattr(ports, name).at[who].set(value, mode="drop") for name, value in zip(WATCHED, watched)})
-    return ports, jnp.any(over)
+    watched, buffer_bytes = tuple(getattr(ports, name)[at] for name in WATCHED), params.ports.port_buffer_bytes[at]
+    watched, over = watch(watched, buffer_bytes, dep.sends, dep.start, queue_bytes, dep.wire_bytes)
+    return ports.replace(**{name: getattr(ports, name).at[who].set(value, mode="drop") for name, value in zip(WATCHED, watched)}), jnp.any(over)
 
 
 def runners(n_behind, n_runners: int, n_rows: int):

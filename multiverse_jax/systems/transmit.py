@@ -183,10 +183,8 @@ def watch_queues(params: Params, state: State, sampled, at_ps, queue_bytes, leav
     PFC holds. So the time above the buffer is a lower bound, short by at most that much
     per event, and exact when the crossing arrival coincides with a departure start.
     """
-    watched, over = runs.watch(
-        tuple(getattr(state.ports, name) for name in runs.WATCHED), params.ports.port_buffer_bytes, sampled, at_ps,
-        queue_bytes, leaving_bytes,
-    )  # fmt: skip
+    one_row = (jnp.broadcast_to(x, sampled.shape)[None] for x in (sampled, at_ps, queue_bytes, leaving_bytes))
+    watched, over = runs.watch(tuple(getattr(state.ports, name) for name in runs.WATCHED), params.ports.port_buffer_bytes, *one_row)
     return state.replace(
         ports=state.ports.replace(**dict(zip(runs.WATCHED, watched))),
         error=state.error | jnp.where(params.overflow_is_error & jnp.any(over), ERROR_BUFFER_OVERFLOW, 0),
