@@ -124,7 +124,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
     if flow_level:
         return static
     # Two levels of prefix only on a CPU, where a window's passes cost the columns they cover.
-    # On a GPU a window is bound by its kernels' latency (README, "On a GPU, stop 37"), so one
+    # On a GPU a window is bound by its kernels' latency (README, Performance: "On one GPU"), so one
     # level saves a third compiled window there (a choice, not measured on a GPU).
     outer, inner = default_prefix_columns(static.n_hosts, static.slots_per_host, two_levels=jax.default_backend() == "cpu")
     return dataclasses.replace(static, prefix_columns=outer, prefix_inner_columns=inner)
@@ -135,8 +135,8 @@ def _run_packets(experiments) -> int:
     RUN_PACKETS. A run follows a port's class queues merged by strict priority, so control
     ACKs and data leave in one run as they do in one FIFO with ACKs queued with data
     (htsim's configuration); with control-class ACKs (k=8 permutations, 64 points) rounds
-    per window fall from 9.8 to 4.0, and ``vmap`` runs 14 % faster, ``map`` 2 % (README,
-    Performance)."""
+    per window fall from 9.8 to 4.0, and ``vmap`` runs 14 % faster, ``map`` 2 %
+    (``benchmarks/HISTORY.md``, stop 36)."""
     return max(e.sim.run_packets for e in experiments) or RUN_PACKETS
 
 

@@ -557,7 +557,7 @@ class SimConfig(Group):
     mode: SimMode = SimMode.packet  # packet | hybrid (one batch may mix them) | flow
     # Packets a port may start in one transmit round, its class queues merged by strict priority
     # (ops/runs.py; the largest of a batch): 0 chooses 8; 1 turns runs off. Same results, bit
-    # for bit; only the speed differs (README, Performance)
+    # for bit; only the speed differs (benchmarks/HISTORY.md, stop 36)
     run_packets: int = 0
     # sim.batching=vmap: experiments stepped in lockstep at once, in lanes that each take the next
     # experiment when theirs stops (engine.lockstep_lanes; the largest of a batch): 0 chooses, the

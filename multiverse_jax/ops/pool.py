@@ -56,7 +56,7 @@ def default_prefix_columns(n_hosts: int, slots_per_host: int, two_levels: bool =
     512 slots a host) needed 215-342 columns over 120 windows (+3 a window may create), so
     half the pool held 38 % of its windows and three quarters all of them. They pay on a
     CPU, where a pass costs its columns (the sweep on two CPU devices 1.14–1.20x), and cost a
-    third compiled window (README, Performance); ``build_batch`` asks for them on a CPU only."""
+    third compiled window (``benchmarks/HISTORY.md``, stop 37); ``build_batch`` asks for them on a CPU only."""
     if n_hosts * slots_per_host < PREFIX_MIN_SLOTS:
         return 0, 0
     if not two_levels:

@@ -23,7 +23,7 @@ rounds a window takes (``tests/test_runs.py``). ``build_batch`` turns runs on
 (``Static.run_packets`` 8; ``sim.run_packets`` chooses otherwise): where ACKs queue with
 data (htsim's configuration) 40 rounds a busy window become 7; with control-class ACKs,
 whose strict priority cut a single-class run after a packet or two, the merged classes
-take a k=8 permutation's windows from 9.8 rounds to 4.0 (README, Performance).
+take a k=8 permutation's windows from 9.8 rounds to 4.0 (``benchmarks/HISTORY.md``, stop 36).
 """
 
 from __future__ import annotations
