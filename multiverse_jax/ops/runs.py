@@ -87,14 +87,15 @@ def run_ports(static) -> int:
 
 
 class Rows(NamedTuple):
-    """What the runs behind the first departures add to a round: arrays (R, K) over the
-    rows of the K ports that run, and the ports after them."""
+    """What the runs behind the first departures add to a round: arrays (N,) over cells,
+    the rows of the K ports that run ((R, K) flattened and padded to ``n_cells``: both
+    ways of ``follow`` give one shape), and the ports after them."""
 
-    dep: Departures  # (R, K) each; a row's ``sends`` is False once its run has ended
-    who: jnp.ndarray  # (K,) int32 the ports that run (P: none)
-    packet: queues.QueuedPacket  # (R, K) each: the queued packet of each departure
-    queue_bytes: jnp.ndarray  # (R, K) int64 the port's queue just before the departure, it included
-    tx_bytes: jnp.ndarray  # (R, K) int64 the port's bytes sent after it, it included
+    dep: Departures  # (N,) each; a cell's ``sends`` is False once its run has ended, and in the padding
+    port: jnp.ndarray  # (N,) int32 the port of each cell (P: none)
+    packet: queues.QueuedPacket  # (N,) each: the queued packet of each departure
+    queue_bytes: jnp.ndarray  # (N,) int64 the port's queue just before the departure, it included
+    tx_bytes: jnp.ndarray  # (N,) int64 the port's bytes sent after it, it included
     ports: PortState  # (P,) each: the ports after their runs (``port_after``'s fields, the queue watch)
     over: jnp.ndarray  # () bool a queue the runs watched rose above its buffer
     served: jnp.ndarray  # (Q,) int32 the packets each class queue sent behind its port's first
@@ -253,50 +254,86 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     ``state``: its ports after it; ``end0`` (Q,): one past each queue's packets arrived
     by its start; ``offer_ready_ps`` (P, C): each NIC port's offers, NEVER at switches):
     at the ports with the most packets queued behind it in any class (``runners``), as
-    many of their next R packets as the rounds after this one would start there, one a
-    round (``behind``'s recurrence over the rows, cut by its ``chosen_ok`` and by
-    ``queues_behind``): arrays over (R, K). None of it runs in a round where no port has
-    a packet behind its first.
+    many of their next packets as the rounds after this one would start there, one a
+    round. One of three ways runs (``lockstep.switch_largest``: a batch runs the last
+    any experiment asks for, which gives every experiment the same results):
 
-    Returns the ``Rows`` and the pool with the runs' packets on the wire: ``leave(params,
+    0. no port has a packet behind its first: nothing;
+    1. at most ``long_ports`` do, each with packets of one class queue only and no NIC
+       offer (a switch port draining a burst at the end of a window): ``long_rows``
+       packets each, their starts in closed form (``single_class``);
+    2. otherwise: ``run_ports`` ports, ``run_rows`` - 1 packets each, their class
+       queues merged by strict priority (``behind``'s recurrence over the rows).
+
+    Returns the ``Ran`` and the pool with the runs' packets on the wire: ``leave(params,
     packets, rows)`` writes them (``systems.transmit.leave``), in the same branch, so an
     idle round writes nothing."""
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
-    n_queued = jnp.sum((order.queue_end - head).reshape(n_ports, n_classes), axis=1)  # every class's, (P,)
-    n_behind = jnp.where(first.sends, n_queued - jnp.where(first.creates, 0, 1), 0)  # a NIC's new packet was not queued
-    consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps)
+    n_queued = (order.queue_end - head).reshape(n_ports, n_classes)
+    n_behind = jnp.where(first.sends, jnp.sum(n_queued, axis=1) - jnp.where(first.creates, 0, 1), 0)  # every class's, (P,); a NIC's new packet was not queued
+    # One class queue with packets left in the window's order and no NIC offer: no rival class.
+    one_class = (jnp.sum(n_queued > 0, axis=1) <= 1) & jnp.all(offer_ready_ps == NEVER, axis=1)
+    consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_class)
 
-    def rows_and_pool(consts, idle):
-        rows = _rows(*consts)
-        return rows, leave(consts[0], idle[1], rows)
+    def ran_and_pool(consts, idle):
+        if long_rows(consts[0].static) == 0:
+            rows = _rows(*consts, single=False)
+        else:
+            ways = [lambda consts: _rows(*consts, single=True), lambda consts: _rows(*consts, single=False)]
+            rows = lockstep.switch_largest(_way, ways, consts)
+        return _ran(rows), leave(consts[0], idle[1], rows)
 
-    return lockstep.when_any(jnp.any(n_behind > 0), rows_and_pool, (_idle(consts), state.packets), consts)
-
-
-def _idle(consts) -> Rows:
-    """The ``Rows`` of a round in which no port runs: no departure, the ports as they are."""
-    params, ports, end0 = consts[0], consts[1], consts[5]
-    shapes = jax.eval_shape(lambda consts: _rows(*consts), consts)
-    zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
-    return zeros._replace(who=jnp.full_like(zeros.who, params.static.n_ports), ports=ports, ends=end0)
+    idle = Ran(state.ports, jnp.bool_(False), jnp.int32(0), jnp.zeros_like(head), end0)
+    return lockstep.when_any(jnp.any(n_behind > 0), ran_and_pool, (idle, state.packets), consts)
 
 
-def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps) -> Rows:
+def _way(consts):
+    """() int32 0 where ``follow``'s way 1 serves the experiment's runs, else 1."""
+    params, n_behind, one_class = consts[0], consts[9], consts[11]
+    runs_here = n_behind > 0
+    return jnp.where((jnp.sum(runs_here) <= long_ports(params.static)) & ~jnp.any(runs_here & ~one_class), 0, 1)
+
+
+class Ran(NamedTuple):
+    """What a round's runs leave for the next: the ``Rows`` less their (R, K) arrays."""
+
+    ports: PortState  # (P,) each: the ports after their runs
+    over: jnp.ndarray  # () bool a queue the runs watched rose above its buffer
+    n_sent: jnp.ndarray  # () int32 the packets the runs started (packet-hops)
+    served: jnp.ndarray  # (Q,) int32 the packets each class queue sent behind its port's first
+    ends: jnp.ndarray  # (Q,) int32 one past each queue's packets arrived by its port's last departure
+
+
+def _ran(rows: Rows) -> Ran:
+    return Ran(rows.ports, rows.over, jnp.sum(rows.dep.sends, dtype=jnp.int32), rows.served, rows.ends)
+
+
+def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_class, single=False) -> Rows:
+    """The runs of one round (``follow``'s way 1 where ``single``, else 2)."""
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     window_start_ps = window_end_ps - params.window_ps
-    who = runners(n_behind, run_ports(params.static), run_rows(params.static) - 1)  # (K,) P where none
+    if single:
+        n_runners, n_rows = long_ports(params.static), long_rows(params.static)
+    else:
+        n_runners, n_rows = run_ports(params.static), run_rows(params.static) - 1
+    who = runners(n_behind, n_runners, n_rows)  # (K,) P where none
     at = jnp.minimum(who, n_ports - 1)  # gathers read a port; writes to P are dropped
     first_k = jax.tree.map(lambda column: column[at], first)
     first_end_ps = jnp.where(first_k.sends, first_k.start + first_k.ser_ps, window_end_ps)  # no departure: no row follows
     held = pfc.held_until_ps(params, links, jnp.maximum(first_end_ps, window_start_ps), at)
-    # After a NIC's new packet its next offers are unknown, but start no earlier than the
-    # port falls free: a queued packet waiting by then wins (``transmit._nic_ack_first``'s
-    # ties), one not yet there may lose, so the run stops at it. A bound of 0 is that.
-    offer_ps = jnp.where(first_k.creates[:, None], 0, offer_ready_ps[at])
-    took = jnp.where(first_k.creates, n_classes, chosen[at])  # the class queue the first came from (none: new)
-    nxt = behind(params, order, head, first_end_ps, took, at, held, offer_ps, window_end_ps)
-    first_queued_bytes = jnp.where(first_k.creates, 0, first_k.wire_bytes)
-    queue_bytes, ends, known = queues_behind(order, head, end0, nxt, first_queued_bytes, at, n_classes)
+    if single:
+        nxt, queue_bytes, ends, known = single_class(
+            params, order, head, end0, first_k, first_end_ps, chosen[at], at, held, offer_ready_ps[at], window_end_ps, n_rows
+        )  # fmt: skip
+    else:
+        # After a NIC's new packet its next offers are unknown, but start no earlier than the
+        # port falls free: a queued packet waiting by then wins (``transmit._nic_ack_first``'s
+        # ties), one not yet there may lose, so the run stops at it. A bound of 0 is that.
+        offer_ps = jnp.where(first_k.creates[:, None], 0, offer_ready_ps[at])
+        took = jnp.where(first_k.creates, n_classes, chosen[at])  # the class queue the first came from (none: new)
+        nxt = behind(params, order, head, first_end_ps, took, at, held, offer_ps, window_end_ps)
+        first_queued_bytes = jnp.where(first_k.creates, 0, first_k.wire_bytes)
+        queue_bytes, ends, known = queues_behind(order, head, end0, nxt, first_queued_bytes, at, n_classes)
     starts = nxt.chosen_ok & known & (nxt.start < window_end_ps)
     runs_here = (who < n_ports) & (n_behind[at] > 0)
     sends = runs_here & (jnp.cumsum(~starts, axis=0) == 0)  # (R, K) up to the first that does not
@@ -321,7 +358,100 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
     kept_ends = end0[jnp.minimum(queue, end0.shape[0] - 1)]
     ends = end0.at[queue].set(jnp.where(sent_by_queue > 0, last_ends, kept_ends), mode="drop")
     served = jnp.zeros(n_ports * n_classes, jnp.int32).at[n_classes * who + nxt.queue_class].add(sends.astype(jnp.int32), mode="drop")
-    return Rows(dep, who, nxt.packet, queue_bytes, tx_bytes, ports, over, served, ends)
+    cells = n_cells(params.static)
+
+    def flat(x, fill=0):  # (R, K) -> (N,): the padding sends nothing
+        return jnp.pad(x.reshape(-1), (0, cells - x.size), constant_values=fill)
+
+    port = flat(jnp.broadcast_to(who, sends.shape), n_ports)
+    dep, packet, queue_bytes, tx_bytes = jax.tree.map(flat, (dep, nxt.packet, queue_bytes, tx_bytes))
+    return Rows(dep, port, packet, queue_bytes, tx_bytes, ports, over, served, ends)
+
+
+# Way 1 of ``follow``: a few ports, long runs (a switch port draining a burst of ACKs at
+# the end of a window took 4-12 rounds of 8 packets on the htsim sweep's point).
+LONG_PORTS = 8
+LONG_ROWS = 63
+# Positions past a packet of such a run a search reads for what has arrived by its start
+# (a fixed-depth binary search, ``_arrived_within``); where every one of them has, the run stops.
+SEARCHED = 64
+
+
+def long_ports(static) -> int:
+    """K: the ports that may run long in a round (``follow``'s way 1)."""
+    return min(static.n_ports, LONG_PORTS)
+
+
+def n_cells(static) -> int:
+    """N: the cells of a round's ``Rows``, the larger of the two ways' (R, K)."""
+    return max((run_rows(static) - 1) * run_ports(static), long_rows(static) * long_ports(static))
+
+
+def long_rows(static) -> int:
+    """R: the packets behind its first that such a port may start (0: no runs)."""
+    return 0 if run_rows(static) == 1 else LONG_ROWS
+
+
+def single_class(params: Params, order, head, end0, first, first_end_ps, chosen, who, held, offer_ps, window_end_ps, n_rows: int):
+    """``behind`` and ``queues_behind`` where a port's run takes one class queue only
+    (class ``chosen`` (K,) at ports ``who`` (K,); ``first``: their first departures,
+    ending at ``first_end_ps``): the next ``n_rows`` packets of that FIFO start at the
+    max-plus recurrence start_i = max(start_(i-1) + ser_(i-1), ready_i), in closed form:
+    with C_i the serialisations before row i, start_i = C_i + max(port free, max over j <= i
+    of ready_j - C_j) (a cumsum and a cummax, DESIGN.md "Time"). A data packet is ready
+    at its arrival, not before the window start, and the port's first free instant waits
+    for PFC's release (``held``). The run is certain (``chosen_ok``) while each start is
+    before every rival's (another class's packet or a NIC's offer: ``offer_ps`` (K, C))
+    and, for data, before the port's next pause; the queue before each departure is
+    found by a search from the packet's own position on. Returns the ``Behind`` (R, K),
+    the queue (R, K), where each queue's arrived packets end (R, K (1 + C)) and whether
+    that is known (R, K)."""
+    n_classes, n_positions = 1 + params.static.n_data_classes, order.slot.shape[0]
+    window_start_ps = window_end_ps - params.window_ps
+    queue = n_classes * who + chosen  # (K,)
+    position = head[queue] + 1 + jnp.arange(n_rows, dtype=head.dtype)[:, None]  # (R, K): past the first's packet
+    in_queue = position < order.queue_end[queue]
+    at = jnp.minimum(position, n_positions - 1)
+    available_ps = order.time_ps[at]
+    is_data = chosen > 0
+    ready_ps = jnp.where(in_queue, jnp.where(is_data, jnp.maximum(available_ps, window_start_ps), available_ps), 0)
+    packet = queues.QueuedPacket(*(column[at] for column in order.packet))
+    ser_ps = link_serialization_ps(params, packet.wire_bytes, who)
+    before_ps = jnp.cumsum(ser_ps, axis=0) - ser_ps  # C_i
+    free_ps = jnp.where(is_data, jnp.maximum(first_end_ps, held[0]), first_end_ps)
+    start = before_ps + jnp.maximum(free_ps, jax.lax.cummax(ready_ps - before_ps, axis=0))
+    # Rivals: the other class queues' next packets (their pointers do not move in the run), NIC offers.
+    queue_k = n_classes * who[:, None] + jnp.arange(n_classes)  # (K, 1 + C)
+    head_k = head[queue_k]
+    rival_ps = jnp.where(
+        (head_k < order.queue_end[queue_k]) & (jnp.arange(n_classes) != chosen[:, None]),
+        order.time_ps[jnp.minimum(head_k, n_positions - 1)], NEVER,
+    )  # fmt: skip
+    rival_ps = jnp.minimum(jnp.min(rival_ps, axis=1), jnp.min(offer_ps, axis=1))
+    chosen_ok = in_queue & (start < rival_ps) & (~is_data | (start < held[1]))
+    # Arrived by each start: its own packet and those before it, those arrived by the first's start, and a search past them.
+    low = jnp.maximum(end0[queue], position + 1)
+    ends = _arrived_within(order.time_ps, low, jnp.minimum(order.queue_end[queue], low + SEARCHED), start)
+    known = (ends < low + SEARCHED) | (ends >= order.queue_end[queue])
+    ends_k = jnp.where(jnp.arange(n_classes) == chosen[:, None], ends[..., None], end0[queue_k])  # (R, K, 1 + C)
+    arrived = jnp.sum(order.bytes_before[ends_k] - order.bytes_before[head_k], axis=-1)
+    wire = packet.wire_bytes.astype(jnp.int64)
+    queue_bytes = arrived - first.wire_bytes.astype(jnp.int64) - (jnp.cumsum(wire, axis=0) - wire)
+    free_before_ps = jnp.concatenate([first_end_ps[None], (start + ser_ps)[:-1]])
+    queue_class = jnp.broadcast_to(chosen, start.shape).astype(jnp.int32)
+    nxt = Behind(chosen_ok, queue_class, order.slot[at], available_ps, packet, ser_ps, start, free_before_ps)
+    return nxt, queue_bytes, ends_k.reshape(n_rows, -1), known
+
+
+def _arrived_within(time_ps, low, high, at_ps):
+    """One past the last position in [low, high) whose time is at most ``at_ps`` (arrays
+    alike; times sorted there): a binary search of fixed depth, enough for ``SEARCHED``."""
+    for _ in range(SEARCHED.bit_length()):
+        middle = (low + high) // 2
+        searching = low < high
+        arrived = time_ps[jnp.minimum(middle, time_ps.shape[0] - 1)] <= at_ps
+        low, high = jnp.where(searching & arrived, middle + 1, low), jnp.where(searching & ~arrived, middle, high)
+    return low
 
 
 def _watched(params: Params, ports: PortState, dep: Departures, queue_bytes, who):

@@ -202,13 +202,13 @@ def account(params: Params, state: State, dep: Departures, queue_bytes) -> State
     )
 
 
-def account_runs(params: Params, state: State, rows: runs.Rows) -> State:
+def account_runs(params: Params, state: State, ran: runs.Ran) -> State:
     """The ports after the runs (their watch and last departures), their packet-hops and
     the overflow error bit."""
     return state.replace(
-        ports=rows.ports,
-        error=state.error | jnp.where(params.overflow_is_error & rows.over, ERROR_BUFFER_OVERFLOW, 0),
-        n_packet_hops=state.n_packet_hops + jnp.sum(rows.dep.sends),
+        ports=ran.ports,
+        error=state.error | jnp.where(params.overflow_is_error & ran.over, ERROR_BUFFER_OVERFLOW, 0),
+        n_packet_hops=state.n_packet_hops + ran.n_sent,
     )
 
 
@@ -286,10 +286,9 @@ def leave(params: Params, pkts: PacketState, dep: Departures, port, queue_bytes,
 
 
 def leave_runs(params: Params, pkts: PacketState, rows: runs.Rows) -> PacketState:
-    """``leave`` for the packets of the runs (``rows``, (R, K) each; no telemetry looks
+    """``leave`` for the packets of the runs (``rows``, (N,) each; no telemetry looks
     ahead where ports run: ``runs.run_rows``)."""
-    who = jnp.broadcast_to(rows.who, rows.dep.sends.shape)
-    return leave(params, pkts, rows.dep, who, rows.queue_bytes, rows.tx_bytes, None, rows.packet)
+    return leave(params, pkts, rows.dep, rows.port, rows.queue_bytes, rows.tx_bytes, None, rows.packet)
 
 
 def host_creates(params: Params, dep: Departures):
@@ -346,9 +345,9 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     if runs.run_rows(params.static) > 1:  # the ports with packets behind their first start them too
         host, is_nic = _nic_host(params)
         offer_ready_ps = jnp.where(is_nic[:, None], offer.ready_ps[host], NEVER)  # (P, C)
-        rows, packets = runs.follow(params, state, order, head, arrived, dep, chosen, offer_ready_ps, window_end_ps, leave_runs)
-        state = account_runs(params, state, rows).replace(packets=packets)
-        next_head, arrived = next_head + rows.served, rows.ends
+        ran, packets = runs.follow(params, state, order, head, arrived, dep, chosen, offer_ready_ps, window_end_ps, leave_runs)
+        state = account_runs(params, state, ran).replace(packets=packets)
+        next_head, arrived = next_head + ran.served, ran.ends
     state = nic_emit(params, state, offer, dep)
     return Serving(state, next_head, arrived, used + host_creates(params, dep), jnp.any(dep.sends))
 
