@@ -389,7 +389,9 @@ def n_cells(static) -> int:
 
 def long_rows(static) -> int:
     """R: the packets behind its first that such a port may start (0: no runs)."""
-    return 0 if run_rows(static) == 1 else LONG_ROWS
+    if run_rows(static) == 1 or LONG_ROWS == 0:
+        return 0
+    return (run_rows(static) - 1) * run_ports(static) // long_ports(static)  # as many cells as way 2: no padding
 
 
 def single_class(params: Params, order, head, end0, first, first_end_ps, chosen, who, held, offer_ps, window_end_ps, n_rows: int):
