@@ -3,8 +3,9 @@
 The batch is ``sweep_vs_htsim.py``'s traffic: ``--points`` permutations of ``--flow-bytes``
 flows on a k-ary fat-tree (htsim's RoCE configuration), warmed up ``--warm`` windows with
 ``map``. Then ``--windows`` windows are timed in ``--batching`` mode, compiled twice, with
-``runs.LONG_ROWS`` at 0 (``runs.follow`` never takes way 1) and at its value (way 1 where
-at most ``LONG_PORTS`` ports have packets behind their first, each in one class queue),
+``Static.long_runs`` off (``runs.follow`` never takes way 1, a CPU's default) and on (way 1
+where at most ``LONG_PORTS`` ports have packets behind their first, each in one class
+queue: an accelerator's default),
 the two programs alternating ``--repeats`` times. The final states must be equal.
 Prints a table and appends the rows to ``--out`` (JSON).
 
@@ -15,6 +16,7 @@ Prints a table and appends the rows to ``--out`` (JSON).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
 import time
@@ -27,7 +29,6 @@ import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.config import experiment_from_config
-from multiverse_jax.ops import runs
 from multiverse_jax.peers import htsim
 from multiverse_jax.peers.scenarios import permutation
 
@@ -49,20 +50,17 @@ def main(argv=None) -> int:
     configs = [htsim.our_config(net, "roce", permutation(s, net.n_hosts, args.flow_bytes).write(folder / f"p{s}.cm")) for s in range(args.points)]
     batch = build_batch([experiment_from_config(c) for c in configs], slots_per_host=args.slots_per_host)
     params, state = batch.params, jax.block_until_ready(engine.advance(batch.params, batch.state, args.warm, "map"))
-    long_rows = {"off": 0, "on": runs.LONG_ROWS}
+    variants = {name: params.replace(static=dataclasses.replace(params.static, long_runs=on)) for name, on in (("off", False), ("on", True))}
     programs, compile_s = {}, {}
-    for name, rows in long_rows.items():
-        runs.LONG_ROWS = rows
-        jax.clear_caches()  # trace again: LONG_ROWS is read at trace time
+    for name, variant in variants.items():
         start = time.perf_counter()
-        programs[name] = engine.lower_advance(params, state, args.windows, args.batching).compile()
+        programs[name] = engine.lower_advance(variant, state, args.windows, args.batching).compile()
         compile_s[name] = time.perf_counter() - start
-    runs.LONG_ROWS = long_rows["on"]
     wall, final = {name: [] for name in programs}, {}
     for _ in range(args.repeats):
         for name, program in programs.items():
             start = time.perf_counter()
-            final[name] = jax.block_until_ready(program(params, state, args.windows))
+            final[name] = jax.block_until_ready(program(variants[name], state, args.windows))
             wall[name].append(time.perf_counter() - start)
     equal = all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(final["off"]), jax.tree.leaves(final["on"])))
     hops = int(np.sum(final["on"].n_packet_hops - state.n_packet_hops))

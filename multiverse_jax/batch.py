@@ -126,8 +126,11 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
     # Two levels of prefix only on a CPU, where a window's passes cost the columns they cover.
     # On a GPU a window is bound by its kernels' latency (README, Performance: "On one GPU"), so one
     # level saves a third compiled window there (a choice, not measured on a GPU).
-    outer, inner = default_prefix_columns(static.n_hosts, static.slots_per_host, two_levels=jax.default_backend() == "cpu")
-    return dataclasses.replace(static, prefix_columns=outer, prefix_inner_columns=inner)
+    # Long single-class runs (``ops/runs.py``) off the CPU only: they cut a window's rounds, which
+    # cost kernel latency on an accelerator; on a CPU they paid nothing here and compile 12-25 % longer.
+    on_cpu = jax.default_backend() == "cpu"
+    outer, inner = default_prefix_columns(static.n_hosts, static.slots_per_host, two_levels=on_cpu)
+    return dataclasses.replace(static, prefix_columns=outer, prefix_inner_columns=inner, long_runs=not on_cpu)
 
 
 def _run_packets(experiments) -> int:
@@ -199,7 +202,7 @@ def build_batch(
                 f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
             )
         # Not shapes an experiment needs (ops/pool.py, systems/transmit.py, engine.py).
-        choices = {"prefix_columns", "prefix_inner_columns", "run_packets", "lockstep_experiments"}
+        choices = {"prefix_columns", "prefix_inner_columns", "run_packets", "long_runs", "lockstep_experiments"}
         small = [
             f.name for f in dataclasses.fields(Static)
             if f.name not in choices and getattr(static, f.name) < getattr(needed, f.name)

@@ -112,6 +112,8 @@ def test_sim_run_packets_chooses_runs_unless_asked():
     assert needed_static([Experiment(FAT_TREE, flows, sim=SimConfig(run_packets=1))]).run_packets == 1
     asked = Experiment(FAT_TREE, flows, sim=SimConfig(run_packets=4))
     assert needed_static([control, asked]).run_packets == 4
+    # Long single-class runs only off the CPU, where rounds cost kernel latency (a choice, not a shape).
+    assert needed_static([control]).long_runs == (jax.default_backend() != "cpu")
     with pytest.raises(InputError, match="sim.run_packets"):
         SimConfig(run_packets=-1)
 
@@ -174,3 +176,23 @@ def _two_queues(static, arrival_ps, wire_bytes):
         static=static, window_ps=10**9, links=SimpleNamespace(link_rate_bps=jnp.full(1, 100 * 10**9, jnp.int64))
     )
     return order, jnp.array([0, len(arrival_ps[0])], jnp.int32), params
+
+
+@pytest.mark.parametrize("batching", ["vmap"])
+def test_long_single_class_runs_equal_one_packet_a_round(one_a_round, batching, monkeypatch):
+    """``Static.long_runs`` (an accelerator's default): where at most ``runs.LONG_PORTS``
+    ports have packets behind their first, each in one class queue and with no NIC offer,
+    a round starts up to ``runs.long_rows`` packets each in closed form (``follow``'s
+    way 1). In lockstep (the accelerator's batching), the batch takes it where every
+    experiment can. It is taken here, and the results are those of one packet a round."""
+    rows_started = []
+    original = runs.single_class
+
+    def counted(*args, **kwargs):
+        nxt, queue_bytes, ends, known = out = original(*args, **kwargs)
+        jax.debug.callback(lambda n: rows_started.append(int(n)), jnp.sum(nxt.chosen_ok & known))
+        return out
+
+    monkeypatch.setattr(runs, "single_class", counted)
+    assert_same([outcome(r) for r in run_small(EXPERIMENTS, batching=batching, long_runs=True, **SHAPES)], one_a_round)
+    assert sum(rows_started) > 0, "way 1 never started a packet"

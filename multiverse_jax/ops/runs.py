@@ -259,9 +259,10 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     any experiment asks for, which gives every experiment the same results):
 
     0. no port has a packet behind its first: nothing;
-    1. at most ``long_ports`` do, each with packets of one class queue only and no NIC
-       offer (a switch port draining a burst at the end of a window): ``long_rows``
-       packets each, their starts in closed form (``single_class``);
+    1. with ``Static.long_runs`` (``build_batch``'s default off the CPU), at most
+       ``long_ports`` do, each with packets of one class queue only and no NIC offer (a
+       switch port draining a burst at the end of a window): ``long_rows`` packets each,
+       their starts in closed form (``single_class``);
     2. otherwise: ``run_ports`` ports, ``run_rows`` - 1 packets each, their class
        queues merged by strict priority (``behind``'s recurrence over the rows).
 
@@ -371,7 +372,6 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
 # Way 1 of ``follow``: a few ports, long runs (a switch port draining a burst of ACKs at
 # the end of a window took 4-12 rounds of 8 packets on the htsim sweep's point).
 LONG_PORTS = 8
-LONG_ROWS = 63
 # Positions past a packet of such a run a search reads for what has arrived by its start
 # (a fixed-depth binary search, ``_arrived_within``); where every one of them has, the run stops.
 SEARCHED = 64
@@ -388,8 +388,9 @@ def n_cells(static) -> int:
 
 
 def long_rows(static) -> int:
-    """R: the packets behind its first that such a port may start (0: no runs)."""
-    if run_rows(static) == 1 or LONG_ROWS == 0:
+    """R: the packets behind its first that such a port may start (0: no way 1, where
+    ``Static.long_runs`` is off or runs are)."""
+    if not static.long_runs or run_rows(static) == 1:
         return 0
     return (run_rows(static) - 1) * run_ports(static) // long_ports(static)  # as many cells as way 2: no padding
 
