@@ -127,7 +127,8 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
     # On a GPU a window is bound by its kernels' latency (README, Performance: "On one GPU"), so one
     # level saves a third compiled window there (a choice, not measured on a GPU).
     # Long single-class runs (``ops/runs.py``) off the CPU only: they cut a window's rounds, which
-    # cost kernel latency on an accelerator; on a CPU they paid nothing here and compile 12-25 % longer.
+    # cost kernel latency on an accelerator; in ``map``, a CPU's default, they paid nothing here
+    # (``vmap`` 8-10 % on a CPU) and every program compiles 12-25 % longer.
     on_cpu = jax.default_backend() == "cpu"
     outer, inner = default_prefix_columns(static.n_hosts, static.slots_per_host, two_levels=on_cpu)
     return dataclasses.replace(static, prefix_columns=outer, prefix_inner_columns=inner, long_runs=not on_cpu)
