@@ -19,7 +19,7 @@ from multiverse_jax.components.experiment import Params, State, experiment_param
 from multiverse_jax.components.static import RUN_PACKETS, Static
 from multiverse_jax.components.flows import ADMIT_ENTRIES
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
-from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HpccPacing, HybridRestore, SimMode, SwitchPipeline
+from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HpccPacing, HybridRestore, LongRuns, SimMode, SwitchPipeline
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
@@ -131,7 +131,14 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
     # (``vmap`` 8-10 % on a CPU) and every program compiles 12-25 % longer.
     on_cpu = jax.default_backend() == "cpu"
     outer, inner = default_prefix_columns(static.n_hosts, static.slots_per_host, two_levels=on_cpu)
-    return dataclasses.replace(static, prefix_columns=outer, prefix_inner_columns=inner, long_runs=not on_cpu)
+    return dataclasses.replace(static, prefix_columns=outer, prefix_inner_columns=inner, long_runs=_long_runs(experiments, on_cpu))
+
+
+def _long_runs(experiments, on_cpu: bool) -> bool:
+    """``Static.long_runs``: on where an experiment asks ``sim.long_runs=always``, else off
+    where one asks ``never``, else (``auto``) off the CPU only."""
+    asked = {e.sim.long_runs for e in experiments}
+    return LongRuns.always in asked or (LongRuns.never not in asked and not on_cpu)
 
 
 def _run_packets(experiments) -> int:

@@ -112,8 +112,12 @@ def test_sim_run_packets_chooses_runs_unless_asked():
     assert needed_static([Experiment(FAT_TREE, flows, sim=SimConfig(run_packets=1))]).run_packets == 1
     asked = Experiment(FAT_TREE, flows, sim=SimConfig(run_packets=4))
     assert needed_static([control, asked]).run_packets == 4
-    # Long single-class runs only off the CPU, where rounds cost kernel latency (a choice, not a shape).
+    # Long single-class runs only off the CPU, where rounds cost kernel latency (a choice, not a
+    # shape), unless an experiment asks: always wins, then never.
     assert needed_static([control]).long_runs == (jax.default_backend() != "cpu")
+    always, never = (Experiment(FAT_TREE, flows, sim=SimConfig(long_runs=choice)) for choice in ("always", "never"))
+    assert needed_static([control, always]).long_runs and not needed_static([control, never]).long_runs
+    assert needed_static([always, never]).long_runs
     with pytest.raises(InputError, match="sim.run_packets"):
         SimConfig(run_packets=-1)
 

@@ -54,8 +54,8 @@ class Static:
     #   ``sim.run_packets`` asks for another. A choice, not a shape
     long_runs: bool = False  # a round may start long single-class runs at a few ports (``ops/runs.py``,
     #   ``follow``'s way 1): fewer rounds a window, which an accelerator's lockstep batch pays in kernel
-    #   latency; in ``map`` on a CPU they cost as much as they save. ``build_batch`` sets it off the CPU. A choice,
-    #   not a shape
+    #   latency; in ``map`` on a CPU they cost as much as they save. ``build_batch`` sets it off the CPU unless
+    #   ``sim.long_runs`` asks. A choice, not a shape
     lockstep_experiments: int = 0  # B: experiments a vmap batch steps in lockstep at once, in B lanes that each take
     #   the next experiment when theirs stops (``engine.lockstep_lanes``; 0: by backend, the whole batch on an
     #   accelerator, a cache's worth of pools on a CPU). A choice, not a shape
