@@ -297,7 +297,7 @@ def _way(consts):
 
 
 class Ran(NamedTuple):
-    """What a round's runs leave for the next: the ``Rows`` less their (R, K) arrays."""
+    """What a round's runs leave for the next: the ``Rows`` less their (N,) arrays over cells."""
 
     ports: PortState  # (P,) each: the ports after their runs
     over: jnp.ndarray  # () bool a queue the runs watched rose above its buffer
