@@ -23,8 +23,9 @@ log="$OUT/log.txt"
 {
   date -u
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv 2>&1
-  python3 -c "import jax; print('jax', jax.__version__, jax.devices())" || exit 1
+  python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
 } 2>&1 | tee "$log"
+python3 -c "import jax" 2>/dev/null || { echo "no jax for $(command -v python3)" | tee -a "$log"; exit 1; }  # (an exit inside the pipe above ends only its subshell)
 
 step() {  # step SECONDS ARGS...: one benchmark, bounded, logged
   local limit=$1; shift
@@ -34,6 +35,8 @@ step() {  # step SECONDS ARGS...: one benchmark, bounded, logged
 # k=8 permutation, the README's table: vmap (the whole batch in lockstep on an accelerator)
 step ${ET_VMAP_S:-230} benchmarks/engine_throughput.py --ks 8 --experiments ${ET_E:-64,1024} --batching vmap \
   --baseline-max 2 --round-samples 0 --htsim-points 0 --min-time 1 --max-repeats 3 --out "$OUT/et_vmap.json"
+# long single-class runs off and on (sim.long_runs; on by default here), one process, final states compared
+step ${LONG_S:-300} benchmarks/long_runs_ab.py --points ${LONG_POINTS:-64} --batching vmap --out "$OUT/long_runs_ab.json"
 # the sweep: 32 points of 128-host permutations, 4 MB flows, 9000 B MTU
 step ${SWEEP_S:-150} benchmarks/sweep_vs_htsim.py --points ${SWEEP_POINTS:-32} --modes vmap --devices 1 \
   --htsim-points 0 --out "$OUT/sweep_vmap.json"

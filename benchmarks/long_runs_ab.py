@@ -1,8 +1,9 @@
 """Long single-class runs on and off, in one process: the A/B a GPU session should run.
 
 The batch is ``sweep_vs_htsim.py``'s traffic: ``--points`` permutations of ``--flow-bytes``
-flows on a k-ary fat-tree (htsim's RoCE configuration), warmed up ``--warm`` windows with
-``map``. Then ``--windows`` windows are timed in ``--batching`` mode, compiled twice, with
+flows on a k-ary fat-tree (htsim's RoCE configuration), warmed up ``--warm`` windows in
+``--batching`` mode with the long runs off (then JAX's caches are dropped, so that both
+programs below compile from scratch). Then ``--windows`` windows are timed in ``--batching`` mode, compiled twice, with
 ``Static.long_runs`` off (``runs.follow`` never takes way 1, a CPU's default) and on (way 1
 where at most ``LONG_PORTS`` ports have packets behind their first, each in one class
 queue: an accelerator's default),
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
     p.add_argument("--points", type=int, default=8)
     p.add_argument("--flow-bytes", type=int, default=4_000_000)
     p.add_argument("--slots-per-host", type=int, default=512)
-    p.add_argument("--warm", type=int, default=150, help="windows before the timed ones (map)")
+    p.add_argument("--warm", type=int, default=150, help="windows before the timed ones")
     p.add_argument("--windows", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batching", default="vmap", choices=("map", "vmap"))
@@ -49,8 +50,9 @@ def main(argv=None) -> int:
     net, folder = htsim.HtsimNetwork(k=args.k), Path(tempfile.mkdtemp())
     configs = [htsim.our_config(net, "roce", permutation(s, net.n_hosts, args.flow_bytes).write(folder / f"p{s}.cm")) for s in range(args.points)]
     batch = build_batch([experiment_from_config(c) for c in configs], slots_per_host=args.slots_per_host)
-    params, state = batch.params, jax.block_until_ready(engine.advance(batch.params, batch.state, args.warm, "map"))
-    variants = {name: params.replace(static=dataclasses.replace(params.static, long_runs=on)) for name, on in (("off", False), ("on", True))}
+    variants = {name: batch.params.replace(static=dataclasses.replace(batch.params.static, long_runs=on)) for name, on in (("off", False), ("on", True))}
+    state = jax.block_until_ready(engine.advance(variants["off"], batch.state, args.warm, args.batching))
+    jax.clear_caches()
     programs, compile_s = {}, {}
     for name, variant in variants.items():
         start = time.perf_counter()
