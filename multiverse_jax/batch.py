@@ -121,14 +121,18 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         run_packets=_run_packets(experiments),
         lockstep_experiments=max(e.sim.lockstep_experiments for e in experiments),
     )
-    if flow_level:
-        return static
-    # Two levels of prefix only on a CPU, where a window's passes cost the columns they cover.
-    # On a GPU a window is bound by its kernels' latency (README, Performance: "On one GPU"), so one
-    # level saves a third compiled window there (a choice, not measured on a GPU).
-    # Long single-class runs (``ops/runs.py``) off the CPU only: they cut a window's rounds, which
-    # cost kernel latency on an accelerator; in ``map``, a CPU's default, they paid nothing here
-    # (``vmap`` 8-10 % on a CPU) and every program compiles 12-25 % longer.
+    return static if flow_level else _by_backend(static, experiments)
+
+
+def _by_backend(static: Static, experiments) -> Static:
+    """The packet step's choices that depend on the backend (not shapes).
+
+    Two levels of prefix only on a CPU, where a window's passes cost the columns they cover.
+    On a GPU a window is bound by its kernels' latency (README, Performance: "On one GPU"), so
+    one level saves a third compiled window there (a choice, not measured on a GPU). Long
+    single-class runs (``ops/runs.py``) off the CPU only: they cut a window's rounds, which
+    cost kernel latency on an accelerator; in ``map``, a CPU's default, they paid nothing here
+    (``vmap`` 8-10 % on a CPU) and every program compiles 12-25 % longer."""
     on_cpu = jax.default_backend() == "cpu"
     outer, inner = default_prefix_columns(static.n_hosts, static.slots_per_host, two_levels=on_cpu)
     return dataclasses.replace(static, prefix_columns=outer, prefix_inner_columns=inner, long_runs=_long_runs(experiments, on_cpu))

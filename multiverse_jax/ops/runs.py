@@ -273,8 +273,9 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     n_queued = (order.queue_end - head).reshape(n_ports, n_classes)
     # (P,) the packets queued behind each port's first departure, every class's (a NIC's new packet was not queued).
     n_behind = jnp.where(first.sends, jnp.sum(n_queued, axis=1) - jnp.where(first.creates, 0, 1), 0)
-    # One class queue with packets left in the window's order and no NIC offer: no rival class.
-    one_class = (jnp.sum(n_queued > 0, axis=1) <= 1) & jnp.all(offer_ready_ps == NEVER, axis=1)
+    # One class queue with packets left in the window's order and no NIC offer: no rival class;
+    # and a queued first departure (way 1 starts past the first's packet in its queue).
+    one_class = (jnp.sum(n_queued > 0, axis=1) <= 1) & jnp.all(offer_ready_ps == NEVER, axis=1) & ~first.creates
     consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_class)
 
     def ran_and_pool(consts, idle):
