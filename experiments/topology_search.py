@@ -251,6 +251,8 @@ def parser() -> argparse.ArgumentParser:
                    help="search: load balancers to search over (default: --lb only)")
     p.add_argument("--buffers", type=int, nargs="+", default=None, metavar="BYTES",
                    help="search: switch.buffer_bytes values to search over (default: the config's)")
+    p.add_argument("--compile-cache", default="auto", metavar="FOLDER",
+                   help="compiled programs kept between runs, as sim.compile_cache: auto, none or a folder (default auto)")
     return p
 
 
@@ -455,6 +457,14 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     args = parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=150)  # pipes and logs: wide tables
+    from multiverse_jax.compile_cache import use_compile_cache
+    from multiverse_jax.errors import InputError
+
+    try:
+        use_compile_cache(args.compile_cache, key="--compile-cache")  # a second search of these shapes reads its programs back
+    except InputError as exc:
+        console.print(f"error: {exc}")
+        return 2
     variants, experiments, invalid = build(args)
     if not experiments:
         console.print(f"no valid topology variant with {args.hosts} hosts")

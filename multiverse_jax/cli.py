@@ -21,7 +21,8 @@ from rich.markup import escape
 
 import multiverse_jax.conf.schema  # noqa: F401  (registers the config schema with Hydra)
 from multiverse_jax import engine
-from multiverse_jax.config import experiment_from_config, load_config, resolve_config, run_options
+from multiverse_jax.compile_cache import use_compile_cache
+from multiverse_jax.config import compile_cache_setting, experiment_from_config, load_config, resolve_config, run_options
 from multiverse_jax.errors import InputError
 from multiverse_jax.progress import Progress, SimulationProgress
 from multiverse_jax.report.outputs import summary_table, write_oom_summary, write_outputs
@@ -41,6 +42,7 @@ def run(cfg, output_dir, *, console: Console | None = None) -> int:
     errors = Console(stderr=True)
     try:
         typed = load_config(cfg)
+        use_compile_cache(compile_cache_setting(typed))  # programs compiled by an earlier run are read back
         config = resolve_config(typed)
         experiment = experiment_from_config(typed)
         options = run_options(typed)

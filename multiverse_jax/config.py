@@ -163,6 +163,13 @@ def run_options(cfg) -> dict:
     return options
 
 
+def compile_cache_setting(cfg) -> str:
+    """``sim.compile_cache`` for ``compile_cache.use_compile_cache``: ``auto``, ``none``, or
+    the folder, a relative one from the directory the command was started in."""
+    value = load_config(cfg).sim.compile_cache.strip()
+    return value if value in ("auto", "none") else _path(Path(value).expanduser())
+
+
 # --- What the config describes ---------------------------------------------------------------
 
 

@@ -183,6 +183,19 @@ def _use_test_xla_flags():
         os.environ["XLA_FLAGS"] = f"{flags} {TEST_XLA_FLAGS}".strip()
 
 
+def _absl_handler_off_the_capture():
+    """absl (imported with JAX) makes a logging handler on the ``sys.stderr`` of that
+    moment, pytest's capture file, and closes that stream when logging is reconfigured
+    unless it is the ``sys.stderr`` of then: Hydra's first run in a test that captures
+    with ``capsys`` closed pytest's capture (a sweep test failed alone, passed after
+    another sweep). Its stream is the process's own stderr, which it never closes."""
+    import sys
+
+    from absl import logging as absl_logging
+
+    absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
+
 def pytest_configure(config):
     import os
     import tempfile
@@ -190,6 +203,7 @@ def pytest_configure(config):
     import jax
 
     _use_test_xla_flags()
+    _absl_handler_off_the_capture()
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):  # the user's own, or the controller's for this run
         return
     cache = tempfile.mkdtemp(prefix="multiverse-jax-tests-xla-cache-")

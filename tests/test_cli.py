@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -199,19 +200,23 @@ def test_unknown_key_in_plain_dict():
         experiment_from_config({"workload": {"bytes": 5}})
 
 
-def cli(tmp_path, *overrides):
+def cli(tmp_path, *overrides, env=None):
     return subprocess.run(
         [sys.executable, "-m", "multiverse_jax.cli", *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
     )
 
 
 def test_cli_subprocess_default_job(tmp_path):
-    proc = cli(tmp_path, SMALL)
+    # Without the tests' shared compilation cache (JAX_COMPILATION_CACHE_DIR, conftest), the
+    # command keeps its program in sim.compile_cache, relative to where it was started.
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    proc = cli(tmp_path, SMALL, "sim.compile_cache=kept", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "outputs in" in proc.stdout
     for name in ("summary.json", "flows.parquet", "fct.csv", "fct_cdf.png"):
         assert (tmp_path / "run" / name).is_file()
+    assert [p for p in (tmp_path / "kept").iterdir() if p.name.startswith("jit__advance-") and p.name.endswith("-cache")]
 
 
 def test_cli_subprocess_bad_value_exits_2(tmp_path):

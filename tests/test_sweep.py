@@ -83,12 +83,18 @@ def cli_config(overrides):
 
 def test_a_sweep_with_invalid_points_finishes_the_others(monkeypatch, tmp_path, capsys):
     sweep_dir = tmp_path / "sweep"
+    from multiverse_jax import compile_cache
+
+    asked = []  # the sweep's compilation cache (the tests' own stands: conftest)
+    monkeypatch.setattr(compile_cache, "use_compile_cache", lambda setting: asked.append(setting))
     # A negative buffer and an odd fat-tree arity pass the schema (integers) but not validation.
-    multirun(monkeypatch, sweep_dir, "switch.buffer_bytes=200000,-5", "topology.k=4,3")
+    multirun(monkeypatch, sweep_dir, "switch.buffer_bytes=200000,-5", "topology.k=4,3", f"sim.compile_cache={tmp_path}/kept")
+    assert asked == [f"{tmp_path}/kept"]
     rows = table(sweep_dir)
     status = dict(zip(rows["overrides"], rows["status"]))
     reason = dict(zip(rows["overrides"], rows["reason"]))
     ok = "switch.buffer_bytes=200000 topology.k=4 " + " ".join(SMALL)
+    ok = ok.replace(" workload", f" sim.compile_cache={tmp_path}/kept workload")
     assert status.pop(ok) == "ok" and reason[ok] == ""
     assert set(status.values()) == {"invalid"} and len(status) == 3
     assert reason[ok.replace("200000", "-5")] == "switch.buffer_bytes must be an integer >= 1, got -5"
@@ -248,13 +254,17 @@ def small_experiments():
     ]
 
 
-def test_point_key_leaves_out_the_progress_cadence():
+def test_point_key_leaves_out_the_progress_cadence_and_the_compile_cache():
     from multiverse_jax.sweep.results import point_key
 
     config = {"cc": "none", "output": {"plots": True, "progress_interval_s": 10.0}}
     assert point_key(config) == point_key({**config, "output": {"plots": True, "progress_interval_s": 2.0}})
     assert point_key(config) != point_key({**config, "output": {"plots": False, "progress_interval_s": 10.0}})
     assert config["output"]["progress_interval_s"] == 10.0  # the caller's config is left as it was
+    # Nor where compiled programs are kept (sim.compile_cache; a key added later: old tables still resume).
+    sim = {"seed": 1, "compile_cache": "auto"}
+    assert point_key({"sim": sim}) == point_key({"sim": {**sim, "compile_cache": "/elsewhere"}}) == point_key({"sim": {"seed": 1}})
+    assert point_key({"sim": sim}) != point_key({"sim": {**sim, "seed": 2}})
 
 
 def test_a_point_repeated_in_one_sweep_is_simulated_once(monkeypatch, tmp_path):

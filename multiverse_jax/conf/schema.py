@@ -574,6 +574,10 @@ class SimConfig(Group):
     # pay in vmap, not in map, and compile 12-25 % longer); always | never. One experiment of a
     # batch asking always turns them on for it, else one asking never off. Same results, bit for bit
     long_runs: LongRuns = LongRuns.auto
+    # Compiled programs kept between runs (multiverse_jax/compile_cache.py): auto
+    # ($XDG_CACHE_HOME or ~/.cache, /multiverse-jax/xla) | none | a folder. JAX's own
+    # JAX_COMPILATION_CACHE_DIR stands. Once per run (a sweep: its first point's); results unchanged
+    compile_cache: str = "auto"
 
     def check(self) -> None:
         check_number("sim.seed", self.seed, low=0, integer=True)
@@ -585,6 +589,8 @@ class SimConfig(Group):
             check_number("sim.devices", self.devices, low=1, integer=True)
         check_number("sim.max_time_us", self.max_time_us, low=0, low_open=True)
         check_number("sim.sample_interval_us", self.sample_interval_us, low=0)
+        if not isinstance(self.compile_cache, str) or not self.compile_cache.strip():
+            raise InputError(f"sim.compile_cache must be auto, none or a folder, got {self.compile_cache!r}")
 
 
 @dataclass

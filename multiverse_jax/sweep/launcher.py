@@ -52,6 +52,7 @@ class Point:
     key: str = ""
     experiment: object = None
     options: dict = dataclasses.field(default_factory=dict)
+    compile_cache: str = "auto"  # sim.compile_cache (config.compile_cache_setting)
     status: str = "pending"  # pending | ok | failed | oom | invalid
     reason: str = ""
     summary: dict | None = None
@@ -73,7 +74,7 @@ def _prepare(point: Point, composer, table: ResultsTable, resume: bool, sweep_di
     """Compose, resolve and validate one point (or find it finished in the table)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from multiverse_jax.config import experiment_from_config, load_config, resolve_config, run_options
+    from multiverse_jax.config import compile_cache_setting, experiment_from_config, load_config, resolve_config, run_options
     from multiverse_jax.workload.llm import OutOfMemory
 
     try:
@@ -107,6 +108,7 @@ def _prepare(point: Point, composer, table: ResultsTable, resume: bool, sweep_di
     try:
         point.experiment = experiment_from_config(typed)
         point.options = run_options(typed)
+        point.compile_cache = compile_cache_setting(typed)
     except OutOfMemory as exc:
         point.status, point.reason, point.extra = "oom", str(exc), {"memory_bytes": exc.usage}
     except InputError as exc:
@@ -215,6 +217,20 @@ def _split_cpu_for(pending) -> None:
         engine.split_cpu_into_devices(max(wanted))
 
 
+def _use_compile_cache_for(pending, console: Console) -> None:
+    """The compilation cache the first pending point's ``sim.compile_cache`` names (a key
+    of the run, not of a point: ``compile_cache.use_compile_cache``). A folder that cannot
+    be used is reported, and the sweep runs without it."""
+    from multiverse_jax.compile_cache import use_compile_cache
+
+    if not pending:
+        return
+    try:
+        use_compile_cache(pending[0].compile_cache)
+    except InputError as exc:
+        console.print(f"[bold yellow]warning:[/bold yellow] {escape(str(exc))}; compiling without a cache", highlight=False, soft_wrap=True)
+
+
 def launch(launcher, job_overrides, initial_job_idx: int):
     """``Launcher.launch``: every point of ``job_overrides`` (numbered from ``initial_job_idx``)."""
     from hydra.core.utils import configure_log, setup_globals
@@ -234,6 +250,7 @@ def launch(launcher, job_overrides, initial_job_idx: int):
         _prepare(point, composer, table, resume=bool(options.get("resume", True)), sweep_dir=sweep_dir)
     pending, repeats = _distinct(p for p in points if p.status == "pending")
     _split_cpu_for(pending)
+    _use_compile_cache_for(pending, console)
     resumed = sum(p.resumed for p in points)
     console.print(
         f"sweep of {len(points)} points in {sweep_dir}: {len(pending)} to simulate"

@@ -39,7 +39,8 @@ METRICS = (
 FINISHED = ("ok", "failed", "oom", "invalid")  # statuses a resumed sweep does not redo
 
 
-DISPLAY_ONLY = (("output", "progress_interval_s"),)  # keys that change what is printed, not the point
+# Keys that change what is printed or where compiled programs are kept, not the point.
+DISPLAY_ONLY = (("output", "progress_interval_s"), ("sim", "compile_cache"))
 
 
 def point_key(config: dict) -> str:
