@@ -208,8 +208,8 @@ def cli(tmp_path, *overrides, env=None):
 
 
 def test_cli_subprocess_default_job(tmp_path):
-    # Without the tests' shared compilation cache (JAX_COMPILATION_CACHE_DIR, conftest), the
-    # command keeps its program in sim.compile_cache, relative to where it was started.
+    # Without JAX_COMPILATION_CACHE_DIR (the tests' shared cache, conftest), the command keeps
+    # its programs in sim.compile_cache, relative to where it was started.
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     proc = cli(tmp_path, SMALL, "sim.compile_cache=kept", env=env)
     assert proc.returncode == 0, proc.stderr
