@@ -298,25 +298,47 @@ def lockstep_lanes(static, n_experiments: int) -> int:
     return min(most, n_experiments)
 
 
-_advance_compiled = jax.jit(_advance, static_argnames=("batching",))
+# XLA's CPU backend rewrites every reduction over more than 32 entries into reduce-windows
+# of 32 and a last reduction (its tree_reduction_rewriter, for the precision of long float
+# sums): a ``jnp.any`` over a round's 1,536 class queues is three kernels, not one. The
+# engine's reductions are of integers and booleans, or short (a flow's few rate samples),
+# so the CPU compiles it without the rewrite: on the htsim sweep's point (k=8), ~100 fewer
+# kernels a window, 2.59 against 2.70-2.74 ms (min of 7 x 40 windows, two processes each),
+# the same final state bit for bit. Accelerators keep their own reduction strategies.
+CPU_COMPILER_OPTIONS = {"xla_disable_hlo_passes": "tree_reduction_rewriter"}
+
+
+def compiler_options() -> dict | None:
+    """XLA's options for the engine's programs on the default backend (``CPU_COMPILER_OPTIONS``)."""
+    return CPU_COMPILER_OPTIONS if jax.default_backend() == "cpu" else None
+
+
+_advance_compiled = {
+    "cpu": jax.jit(_advance, static_argnames=("batching",), compiler_options=CPU_COMPILER_OPTIONS),
+    "accelerator": jax.jit(_advance, static_argnames=("batching",)),
+}
+
+
+def _advance_program():
+    return _advance_compiled["cpu" if compiler_options() else "accelerator"]
 
 
 def advance(params: Params, state: State, n_steps, batching: str = "auto") -> State:
     """``_advance`` compiled: one program per shapes (``Static``, E) and batching mode
     (``auto`` resolved first, so that it shares ``map``'s or ``vmap``'s program)."""
-    return _advance_compiled(params, state, n_steps, batching=resolve_batching(batching))
+    return _advance_program()(params, state, n_steps, batching=resolve_batching(batching))
 
 
 def lower_advance(params: Params, state: State, n_steps, batching: str = "auto"):
     """``advance``'s program lowered for these arguments (``.compile()``, ``.as_text()``:
     what the profiling benchmarks read); the compiled one takes ``(params, state, n_steps)``."""
-    return _advance_compiled.lower(params, state, n_steps, batching=resolve_batching(batching))
+    return _advance_program().lower(params, state, n_steps, batching=resolve_batching(batching))
 
 
 def compiled_programs() -> int:
     """How many ``advance`` programs this process has compiled (a test's guard against
     recompiling per design point)."""
-    return _advance_compiled._cache_size()
+    return sum(program._cache_size() for program in _advance_compiled.values())
 
 
 # --- Sharding the experiment axis over local devices -------------------------------------
@@ -428,7 +450,7 @@ def sharded_advance(devices: tuple, n_steps: int, batching: str):
     # JAX would give a zero-size output (e.g. the telemetry columns of a batch without HPCC)
     # a replicated sharding, and the next call would compile the program again.
     experiments = NamedSharding(experiment_mesh(devices), spec)
-    return jax.jit(mapped, in_shardings=experiments, out_shardings=experiments)
+    return jax.jit(mapped, in_shardings=experiments, out_shardings=experiments, compiler_options=compiler_options())
 
 
 def run(

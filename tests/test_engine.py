@@ -181,7 +181,7 @@ def test_new_parameters_same_shapes_do_not_retrace():
     # The engine's own program (``engine._advance`` under vmap: the program ``run_small``
     # compiles for test_batch_equals_each_experiment_alone[vmap], so the persistent
     # compilation cache can hand it back), traced once for both batches.
-    advance = jax.jit(chex.assert_max_traces(engine._advance, n=1), static_argnames=("batching",))
+    advance = jax.jit(chex.assert_max_traces(engine._advance, n=1), static_argnames=("batching",), compiler_options=engine.compiler_options())
 
     def two_windows(params, state):
         return advance(params, state, 2, batching="vmap")
@@ -199,6 +199,10 @@ def test_new_parameters_same_shapes_do_not_retrace():
     programs = engine.compiled_programs()
     engine.run(second.params, second.state)
     assert engine.compiled_programs() == programs
+    # On a CPU, compiled without XLA's tree reductions (engine.CPU_COMPILER_OPTIONS): no
+    # reduction of more than 32 entries split into windows of 32 (the program run just compiled).
+    compiled = engine.lower_advance(first.params, first.state, 2).compile().as_text()
+    assert "reduce-window" in compiled and "window={size=32 stride=32}" not in compiled
     bigger = build_batch(exps[:2], static=dataclasses.replace(SMALL, n_flows=32), slots_per_host=SMALL.slots_per_host, batch_size=padded_size(2))
     with pytest.raises(AssertionError):
         two_windows(bigger.params, bigger.state)  # the guard does fire on a new shape
