@@ -303,9 +303,10 @@ def lockstep_lanes(static, n_experiments: int) -> int:
 # sums): a ``jnp.any`` over a round's 1,536 class queues is three kernels, not one. The
 # engine's long reductions are of integers and booleans, or minima and maxima, whose
 # results do not depend on the order (its float sums run over a flow's few rate samples,
-# ``hybrid.window``), so the CPU compiles it without the rewrite: on the htsim sweep's point (k=8), ~100 fewer
-# kernels a window, 2.59 against 2.70-2.74 ms (min of 7 x 40 windows, two processes each),
-# the same final state bit for bit. Accelerators keep their own reduction strategies.
+# ``hybrid.window``), so the CPU compiles it without the rewrite: on the htsim sweep's
+# point (k=8), ~100 fewer kernels a window, 2.69 against 2.76 ms (min of 12 alternating
+# repeats of 40 windows in one process), the same final state bit for bit
+# (``benchmarks/HISTORY.md``, stop 41). Accelerators keep their own reduction strategies.
 CPU_COMPILER_OPTIONS = {"xla_disable_hlo_passes": "tree_reduction_rewriter"}
 
 
