@@ -69,3 +69,15 @@ def test_a_folder_that_cannot_be_made_names_the_key(tmp_path, monkeypatch, no_ca
     with pytest.warns(UserWarning, match=f"{KEY}=auto: cannot create"):
         assert use_compile_cache("auto") is None
     assert jax.config.values["jax_compilation_cache_dir"] is None
+
+
+def test_a_sweep_with_a_bad_folder_warns_and_runs_without_a_cache(tmp_path, no_cache_yet, capsys):
+    from rich.console import Console
+
+    from multiverse_jax.sweep.launcher import Point, _use_compile_cache_for
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    _use_compile_cache_for([Point(0, [], compile_cache=str(blocker / "xla"))], Console(stderr=True))
+    assert f"{KEY}: cannot use" in capsys.readouterr().err
+    assert jax.config.values["jax_compilation_cache_dir"] is None
