@@ -4,7 +4,7 @@ A design point's program takes 10-80 s to compile on a CPU (one per set of shape
 ``batch._static_of``), often longer than the simulation itself; running the same shapes
 again (another seed, another buffer size, a resumed sweep, the quick start a second
 time) compiles the same program. With the cache on, the second process reads it back
-instead (the quick start: 12 s -> 4 s). JAX keys an entry by the program, its compile
+instead (the quick start: 12 s -> 4.5 s). JAX keys an entry by the program, its compile
 options, the backend and the JAX version, so it never returns another program; results
 are the same bits either way.
 
@@ -12,9 +12,12 @@ are the same bits either way.
 or ``~/.cache/multiverse-jax/xla``), ``none`` (off), or a folder. JAX's own setting
 (``JAX_COMPILATION_CACHE_DIR``, or ``jax_compilation_cache_dir`` set before) stands. Only
 programs that took at least a second to compile are kept (JAX's
-``jax_persistent_cache_min_compile_time_secs``), up to ``MAX_BYTES`` in all, the least
-recently used dropped first (unless ``jax_compilation_cache_max_size`` is set). The cache
-is trusted: a folder others can write to lets them run code in your process (JAX's
+``jax_persistent_cache_min_compile_time_secs``): the folder grows by one program per new
+set of shapes (a k=8 sweep point's is 4.3 MB, the quick start's 0.7 MB); delete it to
+clear it. It is not capped here: JAX's cap (``jax_compilation_cache_max_size``) keeps an
+access time beside each program, and a folder holding a program written without one (by a
+process with no cap) then fails every write, silently. A user who sets the cap (its
+environment variable) caps it in every process alike. The cache is trusted: a folder others can write to lets them run code in your process (JAX's
 warning), so keep it in your own home.
 
 The commands (``multiverse-jax`` and its sweeps) turn it on; the Python API calls
@@ -29,7 +32,6 @@ from pathlib import Path
 
 from multiverse_jax.errors import InputError
 
-MAX_BYTES = 4 << 30  # 4 GiB: a k=8 sweep point's program is ~3 MB, SMALL's ~0.7 MB
 KEY = "sim.compile_cache"
 
 
@@ -64,8 +66,6 @@ def use_compile_cache(setting: str = "auto", key: str = KEY) -> str | None:
             raise InputError(f"{key}: cannot use {str(folder)!r} as a folder ({exc.strerror}); give a folder you can write, auto or none") from None
         warnings.warn(f"{key}=auto: cannot create {folder} ({exc.strerror}); compiling without a cache (set {key} to a folder)", stacklevel=2)
         return None
-    if jax.config.values.get("jax_compilation_cache_max_size") == -1:  # unbounded unless the user chose a size
-        jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)  # (JAX evicts through filelock)
     compilation_cache.set_cache_dir(str(folder))
     compilation_cache.reset_cache()  # a program compiled before this found no folder: read it again
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(folder))  # processes started from here (Ray's workers)
