@@ -127,15 +127,18 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
 def _by_backend(static: Static, experiments) -> Static:
     """The packet step's choices that depend on the backend (not shapes).
 
-    Two levels of prefix only on a CPU, where a window's passes cost the columns they cover.
-    On a GPU a window is bound by its kernels' latency (README, Performance: "On one GPU"), so
-    one level saves a third compiled window there (a choice, not measured on a GPU). Long
+    Per-host prefixes in two levels on a CPU, where a window's passes cost the places they
+    cover; on a GPU, where a window is bound by its kernels' latency (README, Performance:
+    "On one GPU"), one level of the first columns (``pool.default_prefix_columns``). Long
     single-class runs (``ops/runs.py``) off the CPU only: they cut a window's rounds, which
     cost kernel latency on an accelerator; in ``map``, a CPU's default, they paid nothing here
     (``vmap`` 8-10 % on a CPU) and every program compiles 12-25 % longer."""
     on_cpu = jax.default_backend() == "cpu"
-    outer, inner = default_prefix_columns(static.n_hosts, static.slots_per_host, two_levels=on_cpu)
-    return dataclasses.replace(static, prefix_columns=outer, prefix_inner_columns=inner, long_runs=_long_runs(experiments, on_cpu))
+    outer, inner, per_host = default_prefix_columns(static.n_hosts, static.slots_per_host, on_cpu=on_cpu)
+    return dataclasses.replace(
+        static, prefix_columns=outer, prefix_inner_columns=inner, prefix_per_host=per_host,
+        long_runs=_long_runs(experiments, on_cpu),
+    )  # fmt: skip
 
 
 def _long_runs(experiments, on_cpu: bool) -> bool:
@@ -214,7 +217,7 @@ def build_batch(
                 f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
             )
         # Not shapes an experiment needs (ops/pool.py, systems/transmit.py, engine.py).
-        choices = {"prefix_columns", "prefix_inner_columns", "run_packets", "long_runs", "lockstep_experiments"}
+        choices = {"prefix_columns", "prefix_inner_columns", "prefix_per_host", "run_packets", "long_runs", "lockstep_experiments"}
         small = [
             f.name for f in dataclasses.fields(Static)
             if f.name not in choices and getattr(static, f.name) < getattr(needed, f.name)

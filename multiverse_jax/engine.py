@@ -168,19 +168,34 @@ def _steps_until_stopped(step_fn, params: Params, state: State, batched: bool, m
         return _windows(step_fn, params, state, more)
     each = jax.vmap if batched else (lambda f: f)
     also = (lambda p, s: True) if more is None else more
+    per_host = params.static.prefix_per_host  # columns H places holding each host's own columns (ops/pool.py)
 
-    def fits(p, s):
-        """() bool every experiment still running fits its next window in the prefix."""
-        return jnp.all(each(lambda p_, s_: pool.prefix_fits(p_, s_, columns))(p, s) | ~_running(s))
+    def fits(p, s, inside: bool):
+        """() bool every experiment still running fits its next window in the prefix (from
+        this pool, or ``inside`` the prefix: a per-host prefix checks each host's places)."""
+        if per_host:
+            one = lambda p_, s_: pool.per_host_fits(p_, s_, columns, inside)  # noqa: E731
+        else:
+            one = lambda p_, s_: pool.prefix_fits(p_, s_, columns)  # noqa: E731
+        return jnp.all(each(one)(p, s) | ~_running(s))
 
     def on_prefix(s):
-        small_params, small = each(lambda p_, s_: pool.shrink(p_, s_, columns))(params, s)
+        shrink = pool.shrink_per_host if per_host else pool.shrink
+        # No window runs on a prefix that did not hold the pool's packets when it was copied
+        # out (a stretch on the pool may end because the pool's own parent no longer holds its
+        # next window): its packets past the prefix would be missing from those windows.
+        entered = fits(params, s, False)
+        small_params, small = each(lambda p_, s_: shrink(p_, s_, columns))(params, s)
         # The prefix is a smaller pool: its windows run on its own prefix in turn, if it has one.
-        small = _steps_until_stopped(step_fn, small_params, small, batched, lambda p, s_: fits(p, s_) & also(p, s_))
+        small = _steps_until_stopped(
+            step_fn, small_params, small, batched, lambda p, s_: entered & fits(p, s_, True) & also(p, s_)
+        )  # fmt: skip
+        if per_host:
+            return each(lambda s_, p_, small_: pool.grow_per_host(params.static, s_, p_, small_))(s, small_params, small)
         return each(lambda s_, small_: pool.grow(params.static, s_, small_))(s, small)
 
     def on_whole_pool(s):
-        return _windows(step_fn, params, s, lambda p, s_: ~fits(p, s_) & also(p, s_))
+        return _windows(step_fn, params, s, lambda p, s_: ~fits(p, s_, False) & also(p, s_))
 
     going = lambda s: jnp.any(_running(s)) & also(params, s)  # noqa: E731
     return jax.lax.while_loop(going, lambda s: on_prefix(on_whole_pool(s)), state)

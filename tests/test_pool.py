@@ -12,7 +12,7 @@ import pytest
 from conftest import SMALL
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
-from multiverse_jax.ops import pool
+from multiverse_jax.ops import nic, pool
 from test_engine import _mixed_experiments
 
 # Columns of SMALL's 128. The mixed experiments hold up to 37 columns and can create up to
@@ -21,6 +21,10 @@ PREFIX = 32
 # A prefix around that one (``Static.prefix_columns``, PREFIX inside it): some windows need
 # more than PREFIX but fit in it, some need more than it (checked below).
 OUTER = 40
+# Per-host prefixes (``Static.prefix_per_host``) of PER_HOST H places, PER_HOST_INNER H inside
+# them: each host's own columns in use, so they hold more windows than the first columns
+# would; the mixed experiments' windows fit both, the outer only, and neither (checked below).
+PER_HOST, PER_HOST_INNER = 12, 8
 
 
 def _leaves_differing(a, b) -> list[str]:
@@ -31,8 +35,8 @@ def _leaves_differing(a, b) -> list[str]:
     ]
 
 
-def _mixed_final(batching: str, columns: int = 0, inner: int = 0):
-    static = dataclasses.replace(SMALL, prefix_columns=columns, prefix_inner_columns=inner)
+def _mixed_final(batching: str, columns: int = 0, inner: int = 0, per_host: bool = False):
+    static = dataclasses.replace(SMALL, prefix_columns=columns, prefix_inner_columns=inner, prefix_per_host=per_host)
     batch = build_batch(_mixed_experiments(), static=static, slots_per_host=static.slots_per_host)
     return engine.run(batch.params, batch.state, batching=batching)[0]
 
@@ -44,22 +48,29 @@ def _whole_pool_final():
     return _mixed_final("map")
 
 
-# ``map`` with two prefixes, one inside the other (the default's form on a CPU): windows on
-# the whole pool, on OUTER's columns and on PREFIX's, and every switch between them.
-# ``vmap`` with one (the default's form on a GPU, where the lockstep path runs:
-# ``build_batch``), each experiment's window fitting or not: 17 s to compile here, not 27.
-@pytest.mark.parametrize("batching, columns, inner", [("map", OUTER, PREFIX), ("vmap", PREFIX, 0)])
-def test_windows_on_the_live_prefix_equal_the_whole_pool(batching, columns, inner):
+# ``map`` with two per-host prefixes, one inside the other (the default's form on a CPU):
+# windows on the whole pool, on PER_HOST's places and on PER_HOST_INNER's, and every switch
+# between them. ``vmap`` with one prefix of the first columns (the default's form on a GPU,
+# where the lockstep path runs: ``build_batch``), each experiment's window fitting or not.
+@pytest.mark.parametrize(
+    "batching, columns, inner, per_host", [("map", PER_HOST, PER_HOST_INNER, True), ("vmap", PREFIX, 0, False)]
+)
+def test_windows_on_the_live_prefix_equal_the_whole_pool(batching, columns, inner, per_host):
     whole = _whole_pool_final()
     assert np.all(whole.done) and not np.any(whole.error)
-    assert _leaves_differing(whole, _mixed_final(batching, columns, inner)) == []
+    assert _leaves_differing(whole, _mixed_final(batching, columns, inner, per_host)) == []
 
 
 @jax.jit
 def _columns_and_bound(params, state):
     fits = [jax.vmap(lambda p, s: pool.prefix_fits(p, s, columns))(params, state) for columns in (PREFIX, OUTER)]
+    per_host = [
+        jax.vmap(lambda p, s: pool.per_host_fits(p, s, columns, inside=False))(params, state)
+        for columns in (PER_HOST_INNER, PER_HOST)
+    ]  # fmt: skip
     in_use = jax.vmap(lambda p, s: pool.columns_in_use(p, s.packets))(params, state)
-    return in_use, jax.vmap(pool.creatable_packets)(params, state), fits[0].astype(int) + fits[1].astype(int)
+    levels = fits[0].astype(int) + fits[1].astype(int), per_host[0].astype(int) + per_host[1].astype(int)
+    return in_use, jax.vmap(pool.creatable_packets)(params, state), levels
 
 
 def test_a_window_takes_no_column_past_the_bound():
@@ -68,20 +79,22 @@ def test_a_window_takes_no_column_past_the_bound():
     # column). Window by window over the mixed experiments, which also cross the prefix.
     batch = build_batch(_mixed_experiments(), static=SMALL, slots_per_host=SMALL.slots_per_host)
     params, state = batch.params, batch.state
-    seen_fit = set()
+    seen_fit, seen_per_host = set(), set()
     while not np.all(state.done):
-        in_use, bound, fits = map(np.asarray, _columns_and_bound(params, state))
+        in_use, bound, (fits, per_host) = jax.device_get(_columns_and_bound(params, state))
         state = engine.advance(params, state, 1, batching="map")
-        after, _, _ = map(np.asarray, _columns_and_bound(params, state))
+        after, _, _ = jax.device_get(_columns_and_bound(params, state))
         assert np.all(after <= in_use + bound), (in_use, bound, after)
         seen_fit.update(fits.tolist())
-    assert seen_fit == {0, 1, 2}  # the prefix test's windows run on the whole pool, OUTER and PREFIX
+        seen_per_host.update(per_host.tolist())
+    assert seen_fit == {0, 1, 2}  # windows that fit the first columns of every host: none, OUTER's and PREFIX's
+    assert seen_per_host == {0, 1, 2}  # the prefix test's windows run on the whole pool, PER_HOST and PER_HOST_INNER
 
 
 def test_default_prefix_only_for_large_pools():
-    assert pool.default_prefix_columns(16, 256) == (0, 0)  # the quick start's pool: 4,096 slots
-    assert pool.default_prefix_columns(128, 512) == (384, 256)
-    assert pool.default_prefix_columns(128, 512, two_levels=False) == (256, 0)
+    assert pool.default_prefix_columns(16, 256) == (0, 0, False)  # the quick start's pool: 4,096 slots
+    assert pool.default_prefix_columns(128, 512) == (256, 64, True)  # a CPU's: per host, two levels
+    assert pool.default_prefix_columns(128, 512, on_cpu=False) == (256, 0, False)
 
 
 def test_the_prefix_of_a_prefix():
@@ -114,3 +127,55 @@ def test_a_prefix_stretch_of_no_window_keeps_the_whole_pools_order():
     for ran in (small.replace(n_windows=small.n_windows + 1), small.replace(done=~small.done)):
         grown = pool.grow(SMALL, state, ran)
         assert np.array_equal(grown.order.order_slot[:n], np.where(slot[:n] >= n, n_slots, slot[:n]))
+
+
+@functools.cache
+def _busy_experiment():
+    """The second mixed experiment (params, state) after 14 windows on the whole pool: three
+    hosts hold 14-28 packets, the others none; both per-host prefixes hold its next window."""
+    batch = build_batch(_mixed_experiments(), static=SMALL, slots_per_host=SMALL.slots_per_host)
+    state = engine.advance(batch.params, batch.state, 14, batching="map")
+    return jax.tree.map(lambda x: x[1], (batch.params, state))
+
+
+def test_a_per_host_prefix_holds_each_hosts_columns_in_slot_order():
+    """``shrink_per_host``: each host's first columns, at least those in use plus what a
+    window may create, in the whole pool's slot order (every tie-break by slot kept); host
+    order lists each host's places column by column; copied out and back unchanged."""
+    params, state = _busy_experiment()
+    needed = np.asarray(pool.host_columns_in_use(params, state.packets)) + int(pool.creatable_packets(params, state))
+    assert len(set(needed.tolist())) > 2  # hosts need different columns: not the first columns of every host
+    assert pool.per_host_fits(params, state, PER_HOST_INNER, inside=False)
+    small_params, small = pool.shrink_per_host(params, state, PER_HOST)
+    layout = jax.device_get(small_params.pool_layout)
+    n_hosts, n_places = SMALL.n_hosts, PER_HOST * SMALL.n_hosts
+    held = layout.parent_place < SMALL.n_slots
+    assert np.all(layout.host_columns >= needed) and held.sum() == layout.host_columns.sum() <= n_places
+    np.testing.assert_array_equal(np.diff(layout.parent_place[held]) > 0, True)  # slot order
+    np.testing.assert_array_equal(layout.place_host[held], layout.parent_place[held] % n_hosts)
+    in_order = layout.host_order[: held.sum()]
+    expected = sorted(layout.parent_place[held].tolist(), key=lambda slot: (slot % n_hosts, slot // n_hosts))
+    assert layout.parent_place[in_order].tolist() == expected  # host order: (host, column)
+    valid = np.asarray(state.packets.pkt_valid)
+    assert np.asarray(small.packets.pkt_valid).sum() == valid.sum()  # every packet is in it
+    assert _leaves_differing(pool.grow_per_host(SMALL, state, small_params, small), state) == []
+
+
+def test_a_per_host_prefix_lists_each_hosts_free_columns_as_the_whole_pool():
+    """A NIC takes its host's lowest free column: on a per-host prefix, each host's free
+    places, lowest first, are the whole pool's free slots of that host (as many as the
+    prefix lists), and a prefix nested in it lists them too."""
+    params, state = _busy_experiment()
+    whole = jax.device_get(nic.free_slots(params, state.packets))
+    small_params, small = pool.shrink_per_host(params, state, PER_HOST)
+    smaller_params, smaller = pool.shrink_per_host(small_params, small, PER_HOST_INNER)
+    for prefixes in ((small_params,), (small_params, smaller_params)):
+        packets = small if len(prefixes) == 1 else smaller
+        free = jax.device_get(nic.free_slots(prefixes[-1], packets.packets))
+        slot = free.slot
+        for prefix in reversed(prefixes):  # places -> the whole pool's slots
+            slot = np.asarray(prefix.pool_layout.parent_place)[slot]
+        width = slot.shape[1]
+        for host in range(SMALL.n_hosts):
+            listed = min(free.count[host], width)
+            np.testing.assert_array_equal(slot[host, :listed], whole.slot[host, :listed])

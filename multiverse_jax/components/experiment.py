@@ -15,7 +15,7 @@ from multiverse_jax.components.link_events import LinkEventParams, link_event_pa
 from multiverse_jax.components.links import LinkParams, LinkState, initial_link_state, link_params
 from multiverse_jax.components.nodes import NicParams, NodeParams, nic_params, node_params
 from multiverse_jax.components.order import OrderState, initial_order_state
-from multiverse_jax.components.packets import PacketState, initial_packet_state
+from multiverse_jax.components.packets import PacketState, PoolLayout, initial_packet_state
 from multiverse_jax.components.ports import PortParams, PortState, initial_port_state, port_params
 from multiverse_jax.components.samples import SampleState, initial_sample_state
 from multiverse_jax.components.static import Static
@@ -80,6 +80,7 @@ class Params:
     sample_interval_ps: chex.Array  # () int64 time between time-series samples (> 0)
     steady: SteadyParams  # hybrid mode: steady-state detection (components/steady.py)
     link_events: LinkEventParams  # the fabric of each epoch between timed link events (components/link_events.py)
+    pool_layout: PoolLayout | None = None  # a per-host prefix's places (ops/pool.py); None: the first columns of every host
 
 
 @struct.dataclass

@@ -86,3 +86,20 @@ def initial_packet_state(s: Static) -> PacketState:
         pkt_int_tx_bytes=np.zeros(hops, np.int64),
         pkt_int_qlen_bytes=np.zeros(hops, np.int64),
     )
+
+
+@struct.dataclass
+class PoolLayout:
+    """Which slots of its parent pool (the whole pool, or a per-host prefix of it) a
+    smaller pool holds, where it is not the first c columns of every host (``ops/pool.py``'s
+    per-host prefix): host h's first ``host_columns[h]`` columns, in the whole pool's slot
+    order (so every tie-break by slot is the whole pool's), then padding that never holds
+    a packet. N places."""
+
+    parent_place: chex.Array  # (N,) int32 the parent pool's slot at each place (the parent's size: padding)
+    place_host: chex.Array  # (N,) int32 the host whose slot each place is (H: padding)
+    place_column: chex.Array  # (N,) int32 its column among that host's slots
+    host_order: chex.Array  # (N,) int32 the places in (host, column) order, the padding last
+    order_host: chex.Array  # (N,) int32 the host of each entry of host_order (H for the padding)
+    host_columns: chex.Array  # (H,) int32 the columns each host has here (its first ones)
+    host_start: chex.Array  # (H,) int32 where each host's places begin in host_order

@@ -48,6 +48,8 @@ class Static:
     #   (``ops/pool.py``; 0: the whole pool always). A choice, not a shape an experiment needs
     prefix_inner_columns: int = 0  # the prefix's own prefix: fewer columns still, where the windows on
     #   the prefix run while their packets fit in them (0: none). A choice, not a shape
+    prefix_per_host: bool = False  # the prefix is per host (``ops/pool.py``): prefix_columns x H places holding each
+    #   host's own columns in use, not the first prefix_columns columns of every host; no inner prefix. A choice
 
     run_packets: int = 1  # M: packets one port may start in one transmit round, one after another from its class
     #   queues (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS unless

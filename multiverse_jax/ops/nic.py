@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, Params, State
 from multiverse_jax.ops import cc, polls
 from multiverse_jax.ops.packets import by_host
-from multiverse_jax.ops.segments import fifo_head, prefix_sum
+from multiverse_jax.ops.segments import count_by, fifo_head, prefix_sum
 from multiverse_jax.units import NEVER
 
 
@@ -70,14 +70,30 @@ class FreeSlots(NamedTuple):
 
 
 def free_slots(params: Params, pkts) -> FreeSlots:
-    """Each host's free slots, listed once per window (one pass over the pool)."""
+    """Each host's free slots, listed once per window (one pass over the pool): its first
+    S (``Static.slots_per_host``) of them, which is every one but on a per-host prefix."""
     n_hosts, slots_per_host = params.static.n_hosts, params.static.slots_per_host
+    if params.pool_layout is not None:
+        return _free_places(params, pkts)
     free = by_host(params.static, ~pkts.pkt_valid)  # (H, S)
     rank = prefix_sum(free, axis=1, dtype=jnp.int32) - 1
     slot = by_host(params.static, jnp.arange(params.static.n_slots, dtype=jnp.int32))
     column = jnp.where(free, rank, slots_per_host)
     listed = jnp.zeros((n_hosts, slots_per_host), jnp.int32).at[jnp.arange(n_hosts)[:, None], column].set(slot, mode="drop")
     return FreeSlots(listed, jnp.sum(free, axis=1, dtype=jnp.int32))
+
+
+def _free_places(params: Params, pkts) -> FreeSlots:
+    """``free_slots`` on a per-host prefix (``Params.pool_layout``): each host's places
+    are one run of its host order, its columns in order, so a host's n-th free place is
+    its n-th free column. A window creates at most S packets a host (``pool.fits``)."""
+    layout, n_hosts, width = params.pool_layout, params.static.n_hosts, params.static.slots_per_host
+    free = ~pkts.pkt_valid[layout.host_order] & (layout.order_host < n_hosts)  # (N,) in host order
+    before = prefix_sum(free, dtype=jnp.int32) - free  # free places before each, all hosts
+    host = jnp.minimum(layout.order_host, n_hosts - 1)
+    rank = before - before[jnp.minimum(layout.host_start, free.shape[0] - 1)][host]  # among its host's
+    listed = jnp.zeros((n_hosts, width), jnp.int32).at[host, jnp.where(free, rank, width)].set(layout.host_order, mode="drop")
+    return FreeSlots(listed, count_by(free, host, n_hosts))
 
 
 def offer(params: Params, state: State, now_ps, free: FreeSlots, used) -> NicOffer:
@@ -100,7 +116,7 @@ def offer(params: Params, state: State, now_ps, free: FreeSlots, used) -> NicOff
     last_payload = fp.flow_size_bytes[flow] - (n_packets - 1).astype(jnp.int64) * params.payload_bytes
     payload = jnp.where(seq == n_packets - 1, last_payload, params.payload_bytes)
     has_slot = used < free.count
-    slot = jnp.take_along_axis(free.slot, jnp.minimum(used, params.static.slots_per_host - 1)[:, None], axis=1)[:, 0]
+    slot = jnp.take_along_axis(free.slot, jnp.minimum(used, free.slot.shape[1] - 1)[:, None], axis=1)[:, 0]
     return NicOffer(
         ready_ps=ready,
         flow=flow,

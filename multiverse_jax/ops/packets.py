@@ -23,16 +23,21 @@ def by_host(static, column):
     return jnp.swapaxes(column.reshape((static.slots_per_host, static.n_hosts) + column.shape[1:]), 0, 1)
 
 
-def in_host_order(static, column):
+def in_host_order(params: Params, column):
     """A pool array (S_total,) in (host, column) order: host 0's slots first. FIFO ties
     that nothing else breaks go to the packet earlier in this order, as they did when host
-    h owned slots h*S .. h*S+S-1 (and do in a pool of any size: ``ops/pool.py``)."""
-    return by_host(static, column).reshape(-1)
+    h owned slots h*S .. h*S+S-1 (and do in a pool of any size: ``ops/pool.py``). A
+    per-host prefix (``Params.pool_layout``) lists its places in that order."""
+    if params.pool_layout is None:
+        return by_host(params.static, column).reshape(-1)
+    return column[params.pool_layout.host_order]
 
 
-def slots_in_host_order(static):
+def slots_in_host_order(params: Params):
     """(S_total,) int32 the pool's slots in (host, column) order (``in_host_order``)."""
-    return in_host_order(static, jnp.arange(static.n_slots, dtype=jnp.int32))
+    if params.pool_layout is None:
+        return in_host_order(params, jnp.arange(params.static.n_slots, dtype=jnp.int32))
+    return params.pool_layout.host_order
 
 
 def slot_host(static):

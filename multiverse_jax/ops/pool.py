@@ -15,8 +15,8 @@ A batch with ``Static.prefix_columns`` = c (0: the whole pool always;
 window cannot need more (``prefix_fits``): the columns in use, plus the most packets one
 host's NIC can create in a window (``creatable_packets``: the only packets a window
 creates, outside the hybrid mode's thaw, which runs on the whole pool). A host takes its
-lowest free column, so its new packets land below in-use + created. So no window on
-the prefix is ever held back by it: there is nothing to check or run again after it,
+lowest free column, so its new packets land below in-use + created. So no window on the
+prefix is ever held back by it: there is nothing to check or run again after it,
 and the engine runs a stretch of windows on one copy of the prefix, copied out of the
 pool before the stretch and back after it (``engine._steps_until_stopped``).
 
@@ -24,8 +24,12 @@ A prefix is a smaller pool, and it may have a prefix of its own (``Static.prefix
 given to the prefix's pool by ``shrink``): the engine then runs the windows on the whole
 pool, on the prefix or on the prefix's prefix, whichever is the smallest that holds the
 next window (``engine._steps_until_stopped`` nests once). Each prefix compiles the window
-once more, so a batch has one only where the pool is large enough to pay for it, and two
-only on a CPU (``default_prefix_columns``).
+once more, so a batch has one only where the pool is large enough to pay for it.
+
+With ``Static.prefix_per_host`` the prefix holds c H places that are each host's own
+columns in use and what it may create, not the first c columns of every host (see "The
+per-host prefix" below): one host with hundreds of packets then costs its own columns,
+not everyone's. It is the CPU's default (``default_prefix_columns``).
 """
 
 from __future__ import annotations
@@ -37,31 +41,37 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.components.order import initial_order_state
+from multiverse_jax.components.packets import PoolLayout
 from multiverse_jax.components.static import Static
-from multiverse_jax.ops.packets import serialization_ps
+from multiverse_jax.ops.packets import by_host, serialization_ps
 from multiverse_jax.ops.queues import sort_sizes
-from multiverse_jax.ops.segments import count_by
+from multiverse_jax.ops.segments import compact, count_by
 from multiverse_jax.units import NEVER
 
 PREFIX_MIN_SLOTS = 16384  # pools at least this large run on a prefix of their columns when they can (default_prefix_columns)
 
 
-def default_prefix_columns(n_hosts: int, slots_per_host: int, two_levels: bool = True) -> tuple[int, int]:
+def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = True) -> tuple[int, int, bool]:
     """The prefixes a pool runs on by default (``Static.prefix_columns``,
-    ``prefix_inner_columns``), for pools of at least ``PREFIX_MIN_SLOTS`` slots (smaller
-    ones would compile longer than they would save; 0: none): half its columns, or with
-    ``two_levels`` three quarters of them and inside that half.
+    ``prefix_inner_columns``, ``prefix_per_host``), for pools of at least
+    ``PREFIX_MIN_SLOTS`` slots (smaller ones would compile longer than they would save;
+    0: none). On a CPU, per-host prefixes of half the pool's places and, inside that, an
+    eighth; elsewhere the first half of every host's columns, one level.
 
-    Two levels because the columns a busy pool uses wander: the htsim sweep's point (k=8,
-    512 slots a host) needed 215-342 columns over 120 windows (+3 a window may create), so
-    half the pool held 38 % of its windows and three quarters all of them. They pay on a
-    CPU, where a pass costs its columns (the sweep on two CPU devices 1.14–1.20x), and cost a
-    third compiled window (``benchmarks/HISTORY.md``, stop 37); ``build_batch`` asks for them on a CPU only."""
+    Per host because one host with hundreds of packets held behind PFC makes the first
+    c columns of every host hold nothing less than its own: the htsim sweep's point (k=8,
+    512 slots a host) held 398-407 of 512 columns for its last thousand windows while its
+    live packets fell from 23 k to 700, and every one of them ran on the whole pool; on
+    per-host prefixes of 256 and 64 columns' places the whole run took 4.0-5.2 s against
+    5.3-6.1 s (``benchmarks/HISTORY.md``, stop 42). Two levels because the packets a busy
+    run holds vary tenfold over it. They pay on a CPU, where a pass costs its places; on a
+    GPU a window is bound by its kernels' latency (README, Performance: "On one GPU"), where
+    one level of the first columns was measured, per-host prefixes not yet."""
     if n_hosts * slots_per_host < PREFIX_MIN_SLOTS:
-        return 0, 0
-    if not two_levels:
-        return slots_per_host // 2, 0
-    return 3 * slots_per_host // 4, slots_per_host // 2
+        return 0, 0, False
+    if not on_cpu:
+        return slots_per_host // 2, 0, False
+    return slots_per_host // 2, slots_per_host // 8, True
 
 
 def columns_in_use(params: Params, pkts) -> jax.Array:
@@ -132,5 +142,118 @@ def grow(static: Static, state: State, small: State) -> State:
         order_time_ps = jnp.concatenate([order.order_time_ps, jnp.full(n_slots - n, NEVER, jnp.int64)])
         order = order.replace(order_slot=order_slot, order_time_ps=order_time_ps)
     ran = (small.n_windows != state.n_windows) | (small.done != state.done)  # an experiment's last window counts none
+    order = jax.tree.map(lambda grown, whole: jnp.where(ran, grown, whole), order, state.order)
+    return small.replace(packets=packets, order=order)
+
+
+# --- The per-host prefix (``Static.prefix_per_host``) --------------------------------------
+#
+# The first c columns of every host hold a window only while no host holds a packet in
+# column c or above: one host with hundreds of packets queued behind PFC makes every
+# host's columns up to its own part of every window (the htsim sweep's point: 398-407 of
+# 512 columns for its last thousand windows, while its live packets fell from 23 k to 700;
+# ``benchmarks/pool_occupancy.py``). A per-host prefix holds each host's own columns in
+# use, plus what it may create, in c H places: the whole pool's slots {c' H + h : c' <
+# m_h}, in the whole pool's slot order (so every tie-break by slot, index or host order is
+# the whole pool's: the same window, bit for bit), then padding that never holds a packet.
+# A host's places in host order are its columns in order, so its n-th free place is its
+# n-th free column (``nic.free_slots``).
+
+
+def host_columns_in_use(params: Params, pkts) -> jax.Array:
+    """(H,) int32 one past each host's highest column holding a packet (0: none), on the
+    whole pool or a per-host prefix."""
+    host, column = _hosts_and_columns(params)
+    in_use = jnp.where(pkts.pkt_valid, column + 1, 0)
+    return jnp.zeros(params.static.n_hosts, jnp.int32).at[jnp.where(pkts.pkt_valid, host, params.static.n_hosts)].max(in_use, mode="drop")
+
+
+def _hosts_and_columns(params: Params):
+    """(S_total,) int32 each slot's host (H: padding) and its column among that host's slots."""
+    if params.pool_layout is not None:
+        return params.pool_layout.place_host, params.pool_layout.place_column
+    slot = jnp.arange(params.static.n_slots, dtype=jnp.int32)
+    return slot % params.static.n_hosts, slot // params.static.n_hosts
+
+
+def _host_capacity(params: Params):
+    """(H,) int32 the columns each host has in this pool."""
+    if params.pool_layout is not None:
+        return params.pool_layout.host_columns
+    return jnp.full(params.static.n_hosts, params.static.slots_per_host, jnp.int32)
+
+
+def _host_needs(params: Params, state: State):
+    """(H,) int32 the columns each host needs for its next window (in use, plus the most
+    packets a host can create in it), and () that most."""
+    creatable = creatable_packets(params, state)
+    return host_columns_in_use(params, state.packets) + creatable, creatable
+
+
+def per_host_fits(params: Params, state: State, columns: int, inside: bool) -> jax.Array:
+    """() bool: ``inside`` a per-host prefix of ``columns`` H places (``Params.pool_layout``;
+    or one nested in it), each host's places hold its next window; else, from this pool, such a
+    prefix would hold every host's next window. Never while a partition is frozen (``prefix_fits``)."""
+    needed, creatable = _host_needs(params, state)
+    fits = jnp.all(needed <= _host_capacity(params))
+    if not inside:
+        fits = fits & (jnp.sum(needed) <= columns * params.static.n_hosts)
+    return fits & (creatable <= columns) & ~jnp.any(state.steady.frozen)  # a window lists at most `columns` free places a host
+
+
+def shrink_per_host(params: Params, state: State, columns: int) -> tuple[Params, State]:
+    """The experiment on a per-host prefix of N = ``columns`` H places: each host's needed
+    columns (``_host_needs``) and an even share of the places left (up to the columns it
+    has here), gathered in slot order. Where they do not fit, the places hold what fits and
+    no window runs on them (``per_host_fits``), so ``grow_per_host`` changes nothing. The
+    prefix's own per-host prefix is ``Static.prefix_inner_columns`` (where smaller)."""
+    static = params.static
+    n_hosts, n_parent, n_places = static.n_hosts, static.n_slots, columns * static.n_hosts
+    needed, _ = _host_needs(params, state)
+    spare = jnp.maximum(n_places - jnp.sum(needed), 0)
+    host_columns = jnp.minimum(needed + spare // n_hosts, _host_capacity(params)).astype(jnp.int32)
+    host, column = _hosts_and_columns(params)
+    held = (host < n_hosts) & (column < host_columns[jnp.minimum(host, n_hosts - 1)])
+    (parent_place, place_host, place_column), _ = compact(
+        held, n_places, (jnp.arange(n_parent, dtype=jnp.int32), n_parent), (host, n_hosts), (column, 0)
+    )  # fmt: skip
+    host_start = (jnp.cumsum(host_columns) - host_columns).astype(jnp.int32)
+    place = jnp.arange(n_places, dtype=jnp.int32)
+    padding = place_host == n_hosts
+    in_order = jnp.where(padding, n_places, host_start[jnp.minimum(place_host, n_hosts - 1)] + place_column)  # its index in host order
+    host_order = jnp.where(padding, place, 0).at[in_order].set(place, mode="drop")  # the padding last, in place order
+    order_host = jnp.full(n_places, n_hosts, jnp.int32).at[in_order].set(place_host, mode="drop")
+    layout = PoolLayout(parent_place, place_host, place_column, host_order, order_host, host_columns, host_start)
+    inner = static.prefix_inner_columns if static.prefix_inner_columns < columns else 0
+    small = params.replace(
+        static=dataclasses.replace(static, slots_per_host=columns, prefix_columns=inner, prefix_inner_columns=0),
+        pool_layout=layout,
+    )
+    at = jnp.minimum(parent_place, n_parent - 1)
+    packets = jax.tree.map(lambda whole: whole[at], state.packets)
+    packets = packets.replace(pkt_valid=packets.pkt_valid & ~padding)
+    place_of = jnp.full(n_parent + 1, n_places, jnp.int32).at[parent_place].set(place, mode="drop")  # parent slot -> place
+    order = state.order
+    order_slot = place_of[jnp.minimum(order.order_slot[:n_places], n_parent)]
+    order = order.replace(order_slot=order_slot, order_time_ps=order.order_time_ps[:n_places])
+    return small, state.replace(packets=packets, order=order)
+
+
+def grow_per_host(static: Static, state: State, small_params: Params, small: State) -> State:
+    """``state`` (its pool's ``static``) with what windows on a per-host prefix of it
+    (``small_params``, ``small``) left written back: its places' packets to their slots,
+    its kept order in the parent's slots (``grow``'s rules otherwise)."""
+    n_parent, parent_place = static.n_slots, small_params.pool_layout.parent_place
+    n_places = parent_place.shape[0]
+    packets = jax.tree.map(lambda whole, part: whole.at[parent_place].set(part, mode="drop"), state.packets, small.packets)
+    if not sort_sizes(n_places):
+        order = jax.tree.map(jnp.asarray, initial_order_state(static))
+    else:
+        order = small.order
+        slot = jnp.where(order.order_slot < n_places, parent_place[jnp.minimum(order.order_slot, n_places - 1)], n_parent)
+        order_slot = jnp.concatenate([slot, jnp.full(n_parent - n_places, n_parent, jnp.int32)])
+        order_time_ps = jnp.concatenate([order.order_time_ps, jnp.full(n_parent - n_places, NEVER, jnp.int64)])
+        order = order.replace(order_slot=order_slot, order_time_ps=order_time_ps)
+    ran = (small.n_windows != state.n_windows) | (small.done != state.done)  # as in ``grow``
     order = jax.tree.map(lambda grown, whole: jnp.where(ran, grown, whole), order, state.order)
     return small.replace(packets=packets, order=order)

@@ -128,7 +128,7 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
     n_slots = params.static.n_slots
     sizes = sort_sizes(n_slots)
     if not sizes:
-        return _order_of(params, pkts, window_end_ps, slots_in_host_order(params.static))
+        return _order_of(params, pkts, window_end_ps, slots_in_host_order(params))
     view = _kept_view(kept)
     kept_holds, new = _kept_and_new(params, pkts, kept, view)
     merging = merge_sizes(sizes[0])
@@ -162,10 +162,10 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
 
     def sorted_in(n_places: int):
         def order(params, pkts, window_end_ps, *_):  # closes over no array: a custom_vmap function may not
-            every_slot = slots_in_host_order(params.static)
+            every_slot = slots_in_host_order(params)
             if n_places >= n_slots:  # the whole pool
                 return _order_of(params, pkts, window_end_ps, every_slot)
-            (members,), _ = compact(in_host_order(params.static, queued(pkts)), n_places, (every_slot, n_slots))
+            (members,), _ = compact(in_host_order(params, queued(pkts)), n_places, (every_slot, n_slots))
             return _padded(_order_of(params, pkts, window_end_ps, members), n_slots)
 
         return order
@@ -233,8 +233,8 @@ def _merged(
     the queues before its own, less the packets its queue sent before it; a new one
     behind the kept packets of its queue and those before."""
     n_slots = params.static.n_slots
-    every_slot = slots_in_host_order(params.static)
-    (members,), _ = compact(in_host_order(params.static, new), n_places, (every_slot, n_slots))
+    every_slot = slots_in_host_order(params)
+    (members,), _ = compact(in_host_order(params, new), n_places, (every_slot, n_slots))
     arrivals = _order_of(params, pkts, window_end_ps, members)  # over n_places positions
     n_queues = kept.order_queue_end.shape[0]
     kept_end = jnp.cumsum(view.count, dtype=jnp.int32)  # (Q,) one past each queue's kept packets, merged

@@ -59,8 +59,8 @@ def ports_and_ranks(params: Params, pkts: PacketState, at_switch, window_end_ps)
     def in_places(n_places: int):
         def ports(params, pkts, at_switch, window_end_ps):  # closes over no array: a custom_vmap function may not
             # In host order: simultaneous arrivals that tie on everything else rank by it.
-            every_slot = slots_in_host_order(params.static)
-            arrives = in_host_order(params.static, at_switch)
+            every_slot = slots_in_host_order(params)
+            arrives = in_host_order(params, at_switch)
             if n_places >= n_slots:
                 members = jnp.where(arrives, every_slot, n_slots)
             else:
