@@ -45,11 +45,12 @@ class Static:
     n_link_epochs: int = 1  # K: fabrics between timed link events (1 + most event times of an experiment;
     #   1: no experiment has topology.link_events, and the epoch selection is compiled out)
     prefix_columns: int = 0  # columns per host of the pool prefix windows run on while the packets fit
-    #   (``ops/pool.py``; 0: the whole pool always). A choice, not a shape an experiment needs
+    #   (``ops/pool.py``; 0: the whole pool always; per host: its places over H). A choice, not a shape an experiment needs
     prefix_inner_columns: int = 0  # the prefix's own prefix: fewer columns still, where the windows on
     #   the prefix run while their packets fit in them (0: none). A choice, not a shape
-    prefix_per_host: bool = False  # the prefix is per host (``ops/pool.py``): prefix_columns x H places holding each
-    #   host's own columns in use, not the first prefix_columns columns of every host; no inner prefix. A choice
+    prefix_per_host: bool = False  # the prefixes are per host (``ops/pool.py``): prefix_columns x H places holding each
+    #   host's own columns in use and what it may create, not the first prefix_columns columns of every host (and the
+    #   inner prefix likewise, inside it). ``build_batch`` sets it on a CPU. A choice, not a shape
 
     run_packets: int = 1  # M: packets one port may start in one transmit round, one after another from its class
     #   queues (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS unless
