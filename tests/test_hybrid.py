@@ -307,9 +307,11 @@ def test_hybrid_windows_on_the_live_prefix_equal_the_whole_pool():
     # The hybrid mode frees packets as it freezes partitions (on the prefix) and restores
     # queues as it thaws them (on the whole pool: a frozen partition keeps the prefix off).
     exps = [elephants("none", "hybrid", scale=0.05), elephants("none", "hybrid", scale=0.05, restore="mean")]
+    # A per-host prefix (a CPU's default form) of 5,120 places: like the whole pool, it keeps
+    # its service order (queues.sort_sizes).
     final = {}
-    for columns in (0, 320):  # 5,120 slots: like the whole pool, it keeps its service order (queues.sort_sizes)
-        static = dataclasses.replace(SHAPES, prefix_columns=columns)
+    for columns in (0, 320):
+        static = dataclasses.replace(SHAPES, prefix_columns=columns, prefix_per_host=columns > 0)
         batch = build_batch(exps, static=static, slots_per_host=static.slots_per_host, batch_size=BATCH)
         final[columns], _ = engine.run(batch.params, batch.state)
     assert np.all(final[0].done) and not np.any(final[0].error)
