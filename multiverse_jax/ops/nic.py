@@ -86,7 +86,7 @@ def free_slots(params: Params, pkts) -> FreeSlots:
 def _free_places(params: Params, pkts) -> FreeSlots:
     """``free_slots`` on a per-host prefix (``Params.pool_layout``): each host's places
     are one run of its host order, its columns in order, so a host's n-th free place is
-    its n-th free column. A window creates at most S packets a host (``pool.fits``)."""
+    its n-th free column. A window creates at most S packets a host (``pool.per_host_fits``)."""
     layout, n_hosts, width = params.pool_layout, params.static.n_hosts, params.static.slots_per_host
     free = ~pkts.pkt_valid[layout.host_order] & (layout.order_host < n_hosts)  # (N,) in host order
     before = prefix_sum(free, dtype=jnp.int32) - free  # free places before each, all hosts

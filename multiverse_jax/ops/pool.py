@@ -43,7 +43,7 @@ from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.components.order import initial_order_state
 from multiverse_jax.components.packets import PoolLayout
 from multiverse_jax.components.static import Static
-from multiverse_jax.ops.packets import by_host, serialization_ps
+from multiverse_jax.ops.packets import serialization_ps
 from multiverse_jax.ops.queues import sort_sizes
 from multiverse_jax.ops.segments import compact, count_by
 from multiverse_jax.units import NEVER
