@@ -1,6 +1,8 @@
 """The pool's live prefix (``ops/pool.py``): windows run on the first columns of every
-host compute what the whole pool computes, bit for bit, in both batching modes; the
-bound on the packets a window creates, which makes that so, holds window by window."""
+host, or on each host's own columns in use (per host), compute what the whole pool
+computes, bit for bit, in both batching modes; the bound on the packets a window
+creates, which makes that so, holds window by window; a per-host prefix keeps the whole
+pool's slot order, host order and free slots."""
 
 import dataclasses
 import functools
