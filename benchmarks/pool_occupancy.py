@@ -38,7 +38,6 @@ import numpy as np
 from kernel_profile import sweep_point  # benchmarks/, run as a script
 from multiverse_jax import engine
 from multiverse_jax.ops import pool
-from multiverse_jax.ops.packets import by_host
 
 
 @jax.jit
@@ -46,8 +45,7 @@ def occupancy(params, state):
     """Per experiment: live packets, columns in use, and the sum over hosts of each host's columns in use."""
 
     def one(p, s):
-        column = jnp.arange(p.static.slots_per_host, dtype=jnp.int32)[None, :] + 1
-        per_host = jnp.max(jnp.where(by_host(p.static, s.packets.pkt_valid), column, 0), axis=1)  # (H,)
+        per_host = pool.host_columns_in_use(p, s.packets)  # (H,)
         return jnp.sum(s.packets.pkt_valid, dtype=jnp.int32), pool.columns_in_use(p, s.packets), jnp.sum(per_host)
 
     return jax.vmap(one)(params, state)

@@ -43,7 +43,7 @@ from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.components.order import initial_order_state
 from multiverse_jax.components.packets import PoolLayout
 from multiverse_jax.components.static import Static
-from multiverse_jax.ops.packets import serialization_ps
+from multiverse_jax.ops.packets import by_host, serialization_ps
 from multiverse_jax.ops.queues import sort_sizes
 from multiverse_jax.ops.segments import compact, count_by
 from multiverse_jax.units import NEVER
@@ -163,9 +163,13 @@ def grow(static: Static, state: State, small: State) -> State:
 def host_columns_in_use(params: Params, pkts) -> jax.Array:
     """(H,) int32 one past each host's highest column holding a packet (0: none), on the
     whole pool or a per-host prefix."""
-    host, column = _hosts_and_columns(params)
-    in_use = jnp.where(pkts.pkt_valid, column + 1, 0)
-    return jnp.zeros(params.static.n_hosts, jnp.int32).at[jnp.where(pkts.pkt_valid, host, params.static.n_hosts)].max(in_use, mode="drop")
+    if params.pool_layout is None:  # a reduction over each host's row: no scatter (every window of the whole pool)
+        column = jnp.arange(1, params.static.slots_per_host + 1, dtype=jnp.int32)
+        return jnp.max(jnp.where(by_host(params.static, pkts.pkt_valid), column, 0), axis=1)
+    layout = params.pool_layout
+    in_use = jnp.where(pkts.pkt_valid, layout.place_column + 1, 0)
+    host = jnp.where(pkts.pkt_valid, layout.place_host, params.static.n_hosts)
+    return jnp.zeros(params.static.n_hosts, jnp.int32).at[host].max(in_use, mode="drop")
 
 
 def _hosts_and_columns(params: Params):
