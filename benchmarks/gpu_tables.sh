@@ -4,6 +4,7 @@
 # JSON under $OUT as it goes, so a slow step costs its own rows only.
 #
 #   device run: bash benchmarks/gpu_tables.sh      (carry: .whl)
+#   STEPS="sweep sweep256" SWEEP_PREFIX=columns,per_host SWEEP_S=240 SWEEP256_S=280 bash benchmarks/gpu_tables.sh
 #
 # The device image has JAX with CUDA but no Hydra: hydra-core, omegaconf and
 # antlr4-python3-runtime travel as wheels in .whl/ (pip download / pip wheel here; the
@@ -32,15 +33,19 @@ step() {  # step SECONDS ARGS...: one benchmark, bounded, logged
   echo "== $(date -u +%T) $*" | tee -a "$log"
   timeout "$limit" python3 "$@" 2>&1 | tee -a "$log"
 }
+want() { [[ " ${STEPS:-et_vmap long_runs sweep sweep256 et_map} " == *" $1 "* ]]; }  # STEPS: which steps, in this order
 # k=8 permutation, the README's table: vmap (the whole batch in lockstep on an accelerator)
-step ${ET_VMAP_S:-230} benchmarks/engine_throughput.py --ks 8 --experiments ${ET_E:-64,1024} --batching vmap \
+want et_vmap && step ${ET_VMAP_S:-230} benchmarks/engine_throughput.py --ks 8 --experiments ${ET_E:-64,1024} --batching vmap \
   --baseline-max 2 --round-samples 0 --htsim-points 0 --min-time 1 --max-repeats 3 --out "$OUT/et_vmap.json"
 # long single-class runs off and on (sim.long_runs; on by default here), one process, final states compared
-step ${LONG_S:-300} benchmarks/long_runs_ab.py --points ${LONG_POINTS:-64} --batching vmap --out "$OUT/long_runs_ab.json"
-# the sweep: 32 points of 128-host permutations, 4 MB flows, 9000 B MTU
-step ${SWEEP_S:-150} benchmarks/sweep_vs_htsim.py --points ${SWEEP_POINTS:-32} --modes vmap --devices 1 \
-  --htsim-points 0 --out "$OUT/sweep_vmap.json"
+want long_runs && step ${LONG_S:-300} benchmarks/long_runs_ab.py --points ${LONG_POINTS:-64} --batching vmap --out "$OUT/long_runs_ab.json"
+# the sweep: 32 points of 128-host permutations, 4 MB flows, 9000 B MTU, for each
+# sim.live_prefix in SWEEP_PREFIX (e.g. columns,per_host: FCTs compared, bit for bit); then 256 points
+want sweep && step ${SWEEP_S:-150} benchmarks/sweep_vs_htsim.py --points ${SWEEP_POINTS:-32} --modes vmap --devices 1 \
+  --live-prefix ${SWEEP_PREFIX:-auto} --htsim-points 0 --out "$OUT/sweep_vmap.json"
+want sweep256 && step ${SWEEP256_S:-200} benchmarks/sweep_vs_htsim.py --points 256 --modes vmap --devices 1 \
+  --live-prefix ${SWEEP_PREFIX:-auto} --htsim-points 0 --out "$OUT/sweep_vmap_256.json"
 # map (one experiment after another inside the program) at E = 64, for vmap / map on this device
-step ${ET_MAP_S:-100} benchmarks/engine_throughput.py --ks 8 --experiments 64 --batching map \
+want et_map && step ${ET_MAP_S:-100} benchmarks/engine_throughput.py --ks 8 --experiments 64 --batching map \
   --baseline-max 1 --round-samples 0 --htsim-points 0 --min-time 0 --max-repeats 1 --out "$OUT/et_map.json"
 echo "== $(date -u +%T) done" | tee -a "$log"

@@ -20,11 +20,13 @@ running half the points use both.
     python benchmarks/sweep_vs_htsim.py                      # k=8, 8 points of 4 MB flows (10 minutes on 2 cores)
     python benchmarks/sweep_vs_htsim.py --k 4 --points 8 --flow-bytes 1000000
     python benchmarks/sweep_vs_htsim.py --modes map --devices 1,2 --htsim-points 2
+    python benchmarks/sweep_vs_htsim.py --modes vmap --live-prefix columns,per_host --htsim-points 0
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -53,6 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--slots-per-host", type=int, default=512, help="packet slots per host (default 512; doubled on pool-full)")
     p.add_argument("--modes", default="map,vmap", help="our batching modes (default map,vmap)")
     p.add_argument("--devices", default="1", help="device counts each mode runs on, e.g. 1,2 (default 1; see above)")
+    p.add_argument("--live-prefix", default="auto", help="sim.live_prefix values each mode runs with, e.g. columns,per_host (default auto)")
     p.add_argument("--out", type=Path, default=RESULTS / "sweep_vs_htsim.json")
     return p.parse_args(argv)
 
@@ -66,26 +69,38 @@ def main(argv=None) -> int:
     cm_paths = [
         Path(permutation(seed, network.n_hosts, args.flow_bytes).write(folder / f"perm-s{seed}.cm")) for seed in range(args.points)
     ]
-    experiments = [experiment_from_config(htsim.our_config(network, "roce", cm)) for cm in cm_paths]
+    configs = [htsim.our_config(network, "roce", cm) for cm in cm_paths]
     rows = []
     hops = None
-    for mode in args.modes.split(","):
-        for n_devices in device_counts:
-            results, wall_s, compile_s, slots = run_batch(experiments, args.slots_per_host, 1 << 13, mode, n_devices)
-            hops = np.array([r.summary["n_packet_hops"] for r in results], dtype=np.int64)
-            bad = [i for i, r in enumerate(results) if r.summary["status"] != "ok"]
-            label = f"{mode}" + (f", {n_devices} devices" if n_devices > 1 else "")
-            if bad:
-                print(f"{label}: points {bad} did not finish: {results[bad[0]].summary['error']}", file=sys.stderr)
-            print(f"{label}: {args.points} points in {wall_s:.1f} s (+{compile_s:.1f} s compiling), {hops.sum() / wall_s:,.0f} packet-hops/s", flush=True)
-            rows.append(
-                {"simulator": f"multiverse-jax sim.batching={mode}" + (f" sim.devices={n_devices}" if n_devices > 1 else ""),
-                 "points": args.points, "wall_s": wall_s, "compile_s": compile_s, "packet_hops": int(hops.sum()),
-                 "rate": hops.sum() / wall_s, "slots_per_host": slots, "cores": os.cpu_count(), "devices": n_devices}
-            )  # fmt: skip
+    first_fcts = None  # every variant must give the same flows' FCTs, bit for bit
+    for mode, n_devices, live_prefix in itertools.product(args.modes.split(","), device_counts, args.live_prefix.split(",")):
+        for config in configs:
+            config["sim"]["live_prefix"] = live_prefix
+        experiments = [experiment_from_config(config) for config in configs]
+        results, wall_s, compile_s, slots = run_batch(experiments, args.slots_per_host, 1 << 13, mode, n_devices)
+        hops = np.array([r.summary["n_packet_hops"] for r in results], dtype=np.int64)
+        bad = [i for i, r in enumerate(results) if r.summary["status"] != "ok"]
+        label = f"{mode}" + (f", {n_devices} devices" if n_devices > 1 else "") + (f", live prefix {live_prefix}" if live_prefix != "auto" else "")
+        if bad:
+            print(f"{label}: points {bad} did not finish: {results[bad[0]].summary['error']}", file=sys.stderr)
+        fcts = [r.flows["fct_ps"] for r in results]
+        first_fcts = fcts if first_fcts is None else first_fcts
+        same = all(np.array_equal(a, b) for a, b in zip(fcts, first_fcts, strict=True))
+        if not same:
+            print(f"{label}: FCTs differ from the first variant's", file=sys.stderr)
+        print(f"{label}: {args.points} points in {wall_s:.1f} s (+{compile_s:.1f} s compiling), {hops.sum() / wall_s:,.0f} packet-hops/s", flush=True)
+        rows.append(
+            {"simulator": f"multiverse-jax sim.batching={mode}" + (f" sim.devices={n_devices}" if n_devices > 1 else "")
+                 + (f" sim.live_prefix={live_prefix}" if live_prefix != "auto" else ""),
+             "points": args.points, "wall_s": wall_s, "compile_s": compile_s, "packet_hops": int(hops.sum()),
+             "rate": hops.sum() / wall_s, "slots_per_host": slots, "cores": os.cpu_count(), "devices": n_devices,
+             "live_prefix": live_prefix, "same_fcts_as_first": same}
+        )  # fmt: skip
+    n = min(args.htsim_points, args.points)
     try:
+        if n < 1:
+            raise htsim.PeerUnavailable("--htsim-points 0")
         build = htsim.build_htsim()
-        n = min(args.htsim_points, args.points)
         walls = [htsim.run_htsim(build, "roce", cm_paths[i], network, folder, patched=False).wall_s for i in range(n)]
         print(f"htsim: {n} points in {sum(walls):.1f} s, {hops[:n].sum() / sum(walls):,.0f} packet-hops/s", flush=True)
         rows.append(
@@ -96,12 +111,12 @@ def main(argv=None) -> int:
         print(f"htsim not run: {why}", file=sys.stderr)
     htsim_rate = next((r["rate"] for r in rows if r["simulator"].startswith("htsim")), None)
     print(f"k={args.k} ({network.n_hosts} hosts), {args.points} permutations of {args.flow_bytes:,} B flows")
-    print(f"{'simulator':50s} {'points':>6s} {'wall s':>8s} {'compile s':>9s} {'packet-hops':>13s} {'M hops/s':>9s} {'vs htsim':>8s}")
+    print(f"{'simulator':72s} {'points':>6s} {'wall s':>8s} {'compile s':>9s} {'packet-hops':>13s} {'M hops/s':>9s} {'vs htsim':>8s}")
     for r in rows:
         ratio = f"{r['rate'] / htsim_rate:.2f}x" if htsim_rate else "-"
         r["vs_htsim"] = r["rate"] / htsim_rate if htsim_rate else None
         print(
-            f"{r['simulator']:50s} {r['points']:6d} {r['wall_s']:8.2f} {r['compile_s']:9.2f} {r['packet_hops']:13,d} "
+            f"{r['simulator']:72s} {r['points']:6d} {r['wall_s']:8.2f} {r['compile_s']:9.2f} {r['packet_hops']:13,d} "
             f"{r['rate'] / 1e6:9.3f} {ratio:>8s}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from multiverse_jax.components.experiment import Params, State, experiment_param
 from multiverse_jax.components.static import RUN_PACKETS, Static
 from multiverse_jax.components.flows import ADMIT_ENTRIES
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
-from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HpccPacing, HybridRestore, LongRuns, SimMode, SwitchPipeline
+from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HpccPacing, HybridRestore, LivePrefix, LongRuns, SimMode, SwitchPipeline
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
@@ -129,12 +129,14 @@ def _by_backend(static: Static, experiments) -> Static:
 
     Per-host prefixes in two levels on a CPU, where a window's passes cost the places they
     cover; on a GPU, where a window is bound by its kernels' latency (README, Performance:
-    "On one GPU"), one level of the first columns (``pool.default_prefix_columns``). Long
+    "On one GPU"), one level of the first columns (``pool.default_prefix_columns``), unless
+    an experiment asks otherwise (``sim.live_prefix``: the batch runs its first choice). Long
     single-class runs (``ops/runs.py``) off the CPU only: they cut a window's rounds, which
     cost kernel latency on an accelerator; in ``map``, a CPU's default, they paid nothing here
     (``vmap`` 8-10 % on a CPU) and every program compiles 12-25 % longer."""
     on_cpu = jax.default_backend() == "cpu"
-    outer, inner, per_host = default_prefix_columns(static.n_hosts, static.slots_per_host, on_cpu=on_cpu)
+    layout = next((str(e.sim.live_prefix) for e in experiments if e.sim.live_prefix != LivePrefix.auto), "auto")
+    outer, inner, per_host = default_prefix_columns(static.n_hosts, static.slots_per_host, on_cpu, layout)
     return dataclasses.replace(
         static, prefix_columns=outer, prefix_inner_columns=inner, prefix_per_host=per_host,
         long_runs=_long_runs(experiments, on_cpu),

@@ -13,9 +13,16 @@ import pytest
 
 from conftest import SMALL
 from multiverse_jax import engine
-from multiverse_jax.batch import build_batch
+from multiverse_jax.batch import build_batch, needed_static
+from multiverse_jax.conf.schema import SimConfig
+from multiverse_jax.errors import InputError
+from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import nic, pool
+from multiverse_jax.topology import fattree
+from multiverse_jax.workload.flows import make_flows
 from test_engine import _mixed_experiments
+
+FAT_TREE = fattree(4, 100.0, 1.0)
 
 # Columns of SMALL's 128. The mixed experiments hold up to 37 columns and can create up to
 # 6 packets a window: their windows fit at first, then not, then again (checked below).
@@ -97,6 +104,25 @@ def test_default_prefix_only_for_large_pools():
     assert pool.default_prefix_columns(16, 256) == (0, 0, False)  # the quick start's pool: 4,096 slots
     assert pool.default_prefix_columns(128, 512) == (256, 64, True)  # a CPU's: per host, two levels
     assert pool.default_prefix_columns(128, 512, on_cpu=False) == (256, 0, False)
+
+
+def test_sim_live_prefix_chooses_the_layout():
+    """``sim.live_prefix``: auto by backend and pool size; a choice holds for any pool, the
+    batch running its first experiment's; a wrong value is an error naming the key."""
+    flows = make_flows([1], [0], [10_000])
+    auto, per_host, columns, none = (Experiment(FAT_TREE, flows, sim=SimConfig(live_prefix=c)) for c in ("auto", "per_host", "columns", "none"))
+
+    def layout(experiments, slots=512):
+        static = needed_static(experiments, slots_per_host=slots)
+        return static.prefix_columns, static.prefix_inner_columns, static.prefix_per_host
+
+    assert layout([auto], slots=256) == (0, 0, False)  # 16 hosts x 256: under PREFIX_MIN_SLOTS
+    assert layout([auto], slots=2048) == pool.default_prefix_columns(16, 2048, on_cpu=jax.default_backend() == "cpu")
+    assert layout([auto, per_host]) == (256, 64, True)
+    assert layout([columns, per_host]) == (256, 0, False)
+    assert layout([none, auto]) == (0, 0, False)
+    with pytest.raises(InputError, match="sim.live_prefix"):
+        SimConfig(live_prefix="first")
 
 
 def test_the_prefix_of_a_prefix():

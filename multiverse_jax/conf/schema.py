@@ -150,6 +150,13 @@ class LongRuns(enum.StrEnum):
     never = "never"
 
 
+class LivePrefix(enum.StrEnum):
+    auto = "auto"  # per_host on a CPU, columns on an accelerator (pools of at least pool.PREFIX_MIN_SLOTS slots)
+    per_host = "per_host"  # each host's own columns in use: half the pool's places, an eighth inside that
+    columns = "columns"  # the first half of every host's columns, one level
+    none = "none"  # every window on the whole pool
+
+
 class Placement(enum.StrEnum):
     packed = "packed"  # server s on the s-th block of hosts
     random = "random"  # servers on random host blocks (sim.seed)
@@ -574,6 +581,11 @@ class SimConfig(Group):
     # pay in vmap, not in map, and compile 12-25 % longer); always | never. One experiment of a
     # batch asking always turns them on for it, else one asking never off. Same results, bit for bit
     long_runs: LongRuns = LongRuns.auto
+    # The live prefix windows run on while the pool's packets fit in it (ops/pool.py): auto
+    # (per_host on a CPU, columns on an accelerator, for pools of at least 16384 slots) |
+    # per_host | columns | none. A batch runs its first experiment's choice other than auto.
+    # Same results, bit for bit; only the speed differs (README, Performance)
+    live_prefix: LivePrefix = LivePrefix.auto
     # Compiled programs kept between runs (multiverse_jax/compile_cache.py): auto
     # ($XDG_CACHE_HOME or ~/.cache, /multiverse-jax/xla) | none | a folder. JAX's own
     # JAX_COMPILATION_CACHE_DIR stands. Once per run (a sweep: its first point's); results unchanged

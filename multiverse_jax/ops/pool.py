@@ -51,12 +51,13 @@ from multiverse_jax.units import NEVER
 PREFIX_MIN_SLOTS = 16384  # pools at least this large run on a prefix of their columns when they can (default_prefix_columns)
 
 
-def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = True) -> tuple[int, int, bool]:
-    """The prefixes a pool runs on by default (``Static.prefix_columns``,
-    ``prefix_inner_columns``, ``prefix_per_host``), for pools of at least
-    ``PREFIX_MIN_SLOTS`` slots (smaller ones would compile longer than they would save;
-    0: none). On a CPU, per-host prefixes of half the pool's places and, inside that, an
-    eighth; elsewhere the first half of every host's columns, one level.
+def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = True, layout: str = "auto") -> tuple[int, int, bool]:
+    """The prefixes a pool runs on (``Static.prefix_columns``, ``prefix_inner_columns``,
+    ``prefix_per_host``) for ``sim.live_prefix``'s ``layout``: ``per_host``, per-host
+    prefixes of half the pool's places and, inside that, an eighth; ``columns``, the first
+    half of every host's columns, one level; ``none``, none (0). ``auto`` chooses
+    ``per_host`` on a CPU and ``columns`` elsewhere, for pools of at least
+    ``PREFIX_MIN_SLOTS`` slots (smaller ones would compile longer than they would save).
 
     Per host because one host with hundreds of packets held behind PFC makes the first
     c columns of every host hold nothing less than its own: the htsim sweep's point (k=8,
@@ -67,11 +68,17 @@ def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = Tru
     run holds vary tenfold over it. They pay on a CPU, where a pass costs its places; on a
     GPU a window is bound by its kernels' latency (README, Performance: "On one GPU"), where
     one level of the first columns was measured, per-host prefixes not yet."""
-    if n_hosts * slots_per_host < PREFIX_MIN_SLOTS:
-        return 0, 0, False
-    if not on_cpu:
+    if layout == "auto":
+        if n_hosts * slots_per_host < PREFIX_MIN_SLOTS:
+            return 0, 0, False
+        layout = "per_host" if on_cpu else "columns"
+    if layout == "per_host":
+        return slots_per_host // 2, slots_per_host // 8, True
+    if layout == "columns":
         return slots_per_host // 2, 0, False
-    return slots_per_host // 2, slots_per_host // 8, True
+    if layout == "none":
+        return 0, 0, False
+    raise ValueError(f"sim.live_prefix must be auto, per_host, columns or none, got {layout!r}")
 
 
 def columns_in_use(params: Params, pkts) -> jax.Array:
