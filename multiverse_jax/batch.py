@@ -127,10 +127,11 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
 def _by_backend(static: Static, experiments) -> Static:
     """The packet step's choices that depend on the backend (not shapes).
 
-    Per-host prefixes in two levels on a CPU, where a window's passes cost the places they
-    cover; on a GPU, where a window is bound by its kernels' latency (README, Performance:
-    "On one GPU"), one level of the first columns (``pool.default_prefix_columns``), unless
-    an experiment asks otherwise (``sim.live_prefix``: the batch runs its first choice). Long
+    ``sim.live_prefix=auto``: per-host prefixes in two levels on a CPU, where a window's
+    passes cost the places they cover; on a GPU, where a window is bound by its kernels'
+    latency, one level of the first columns, which ties with them at 256 points and compiles
+    faster (``pool.default_prefix_columns``). An experiment that asks for another layout sets
+    it for the batch (its first such choice). Long
     single-class runs (``ops/runs.py``) off the CPU only: they cut a window's rounds, which
     cost kernel latency on an accelerator; in ``map``, a CPU's default, they paid nothing here
     (``vmap`` 8-10 % on a CPU) and every program compiles 12-25 % longer."""

@@ -65,9 +65,11 @@ def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = Tru
     live packets fell from 23 k to 700, and every one of them ran on the whole pool; on
     per-host prefixes of 256 and 64 columns' places the whole run took 4.0-5.2 s against
     5.3-6.1 s (``benchmarks/HISTORY.md``, stop 42). Two levels because the packets a busy
-    run holds vary tenfold over it. They pay on a CPU, where a pass costs its places; on a
-    GPU a window is bound by its kernels' latency (README, Performance: "On one GPU"), where
-    one level of the first columns was measured, per-host prefixes not yet."""
+    run holds vary tenfold over it. They pay most on a CPU, where a pass costs its places. On
+    a GPU, where a window is bound by its kernels' latency, they ran the 32-point htsim sweep
+    1.3x faster than one level of the first columns, but the 256-point one only 1.00-1.04x,
+    and they compile 23-28 s longer (README, Performance: "On one GPU"), so ``auto`` keeps the
+    first columns there."""
     if layout == "auto":
         if n_hosts * slots_per_host < PREFIX_MIN_SLOTS:
             return 0, 0, False
