@@ -96,6 +96,7 @@ def main(argv=None) -> int:
              "rate": hops.sum() / wall_s, "slots_per_host": slots, "cores": os.cpu_count(), "devices": n_devices,
              "live_prefix": live_prefix, "same_fcts_as_first": same}
         )  # fmt: skip
+        write(args, rows)  # as it goes: a run cut short (a device's time limit) keeps its rows
     n = min(args.htsim_points, args.points)
     try:
         if n < 1:
@@ -119,10 +120,15 @@ def main(argv=None) -> int:
             f"{r['simulator']:72s} {r['points']:6d} {r['wall_s']:8.2f} {r['compile_s']:9.2f} {r['packet_hops']:13,d} "
             f"{r['rate'] / 1e6:9.3f} {ratio:>8s}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "machine": machine_info(), "rows": rows}, indent=2))
+    write(args, rows)
     print(f"wrote {args.out}")
     return 0
+
+
+def write(args, rows: list[dict]) -> None:
+    """The JSON of the rows so far (``--out``)."""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "machine": machine_info(), "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":
