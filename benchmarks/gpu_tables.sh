@@ -4,7 +4,7 @@
 # JSON under $OUT as it goes, so a slow step costs its own rows only.
 #
 #   device run: bash benchmarks/gpu_tables.sh      (carry: .whl)
-#   STEPS="sweep sweep256" SWEEP_PREFIX=columns,per_host SWEEP_S=240 SWEEP256_S=280 bash benchmarks/gpu_tables.sh
+#   STEPS="sweep sweep256" SWEEP_PREFIX=columns,per_host SWEEP_S=235 SWEEP256_S=300 bash benchmarks/gpu_tables.sh
 #
 # The device image has JAX with CUDA but no Hydra: hydra-core, omegaconf and
 # antlr4-python3-runtime travel as wheels in .whl/ (pip download / pip wheel here; the
