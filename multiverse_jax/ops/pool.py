@@ -119,14 +119,36 @@ def shrink(params: Params, state: State, columns: int) -> tuple[Params, State]:
     The smaller pool's own prefix is ``Static.prefix_inner_columns`` (where it is smaller),
     and that one has none."""
     n = columns * params.static.n_hosts
-    inner = params.static.prefix_inner_columns if params.static.prefix_inner_columns < columns else 0
-    small = params.replace(
-        static=dataclasses.replace(params.static, slots_per_host=columns, prefix_columns=inner, prefix_inner_columns=0)
-    )
+    small = _prefix_params(params, columns)
     order = state.order
     order_slot = order.order_slot[:n]
     order = order.replace(order_slot=jnp.where(order_slot >= n, n, order_slot), order_time_ps=order.order_time_ps[:n])
     return small, state.replace(packets=jax.tree.map(lambda column: column[:n], state.packets), order=order)
+
+
+def _prefix_params(params: Params, columns: int, layout: PoolLayout | None = None) -> Params:
+    """The params of a prefix of ``columns`` columns (per host: places over H), laid out
+    by ``layout`` (None: the first columns). Its own prefix is ``Static.prefix_inner_columns``
+    (where smaller), and that one has none."""
+    inner = params.static.prefix_inner_columns if params.static.prefix_inner_columns < columns else 0
+    static = dataclasses.replace(params.static, slots_per_host=columns, prefix_columns=inner, prefix_inner_columns=0)
+    return params.replace(static=static, pool_layout=layout)
+
+
+def _grown_order(static: Static, state: State, small: State, parent_slot):
+    """The kept service order after windows on a prefix (``small``), in the parent pool's
+    slots (``parent_slot(order_slot)``: the prefix's slot, its size past every queue, to
+    the parent's, ``static.n_slots`` past every queue). See ``grow``."""
+    n, n_slots = small.packets.pkt_valid.shape[0], static.n_slots
+    if not sort_sizes(n):
+        order = jax.tree.map(jnp.asarray, initial_order_state(static))
+    else:
+        order = small.order
+        order_slot = jnp.concatenate([parent_slot(order.order_slot), jnp.full(n_slots - n, n_slots, jnp.int32)])
+        order_time_ps = jnp.concatenate([order.order_time_ps, jnp.full(n_slots - n, NEVER, jnp.int64)])
+        order = order.replace(order_slot=order_slot, order_time_ps=order_time_ps)
+    ran = (small.n_windows != state.n_windows) | (small.done != state.done)  # an experiment's last window counts none
+    return jax.tree.map(lambda grown, whole: jnp.where(ran, grown, whole), order, state.order)
 
 
 def grow(static: Static, state: State, small: State) -> State:
@@ -143,15 +165,7 @@ def grow(static: Static, state: State, small: State) -> State:
     sweep point: one sort of 65,536 places at each call's first window)."""
     n, n_slots = small.packets.pkt_valid.shape[0], static.n_slots
     packets = jax.tree.map(lambda whole, part: jax.lax.dynamic_update_slice_in_dim(whole, part, 0, 0), state.packets, small.packets)
-    if not sort_sizes(n):
-        order = jax.tree.map(jnp.asarray, initial_order_state(static))
-    else:
-        order = small.order
-        order_slot = jnp.concatenate([jnp.where(order.order_slot >= n, n_slots, order.order_slot), jnp.full(n_slots - n, n_slots, jnp.int32)])
-        order_time_ps = jnp.concatenate([order.order_time_ps, jnp.full(n_slots - n, NEVER, jnp.int64)])
-        order = order.replace(order_slot=order_slot, order_time_ps=order_time_ps)
-    ran = (small.n_windows != state.n_windows) | (small.done != state.done)  # an experiment's last window counts none
-    order = jax.tree.map(lambda grown, whole: jnp.where(ran, grown, whole), order, state.order)
+    order = _grown_order(static, state, small, lambda slot: jnp.where(slot >= n, n_slots, slot))
     return small.replace(packets=packets, order=order)
 
 
@@ -237,11 +251,7 @@ def shrink_per_host(params: Params, state: State, columns: int) -> tuple[Params,
     host_order = jnp.where(padding, place, 0).at[in_order].set(place, mode="drop")  # the padding last, in place order
     order_host = jnp.full(n_places, n_hosts, jnp.int32).at[in_order].set(place_host, mode="drop")
     layout = PoolLayout(parent_place, place_host, place_column, host_order, order_host, host_columns, host_start)
-    inner = static.prefix_inner_columns if static.prefix_inner_columns < columns else 0
-    small = params.replace(
-        static=dataclasses.replace(static, slots_per_host=columns, prefix_columns=inner, prefix_inner_columns=0),
-        pool_layout=layout,
-    )
+    small = _prefix_params(params, columns, layout)
     at = jnp.minimum(parent_place, n_parent - 1)
     packets = jax.tree.map(lambda whole: whole[at], state.packets)
     packets = packets.replace(pkt_valid=packets.pkt_valid & ~padding)
@@ -259,14 +269,8 @@ def grow_per_host(static: Static, state: State, small_params: Params, small: Sta
     n_parent, parent_place = static.n_slots, small_params.pool_layout.parent_place
     n_places = parent_place.shape[0]
     packets = jax.tree.map(lambda whole, part: whole.at[parent_place].set(part, mode="drop"), state.packets, small.packets)
-    if not sort_sizes(n_places):
-        order = jax.tree.map(jnp.asarray, initial_order_state(static))
-    else:
-        order = small.order
-        slot = jnp.where(order.order_slot < n_places, parent_place[jnp.minimum(order.order_slot, n_places - 1)], n_parent)
-        order_slot = jnp.concatenate([slot, jnp.full(n_parent - n_places, n_parent, jnp.int32)])
-        order_time_ps = jnp.concatenate([order.order_time_ps, jnp.full(n_parent - n_places, NEVER, jnp.int64)])
-        order = order.replace(order_slot=order_slot, order_time_ps=order_time_ps)
-    ran = (small.n_windows != state.n_windows) | (small.done != state.done)  # as in ``grow``
-    order = jax.tree.map(lambda grown, whole: jnp.where(ran, grown, whole), order, state.order)
-    return small.replace(packets=packets, order=order)
+
+    def parent_slot(slot):  # a place's slot in the parent pool (the padding's: past every queue)
+        return jnp.where(slot < n_places, parent_place[jnp.minimum(slot, n_places - 1)], n_parent)
+
+    return small.replace(packets=packets, order=_grown_order(static, state, small, parent_slot))
