@@ -300,7 +300,7 @@ def _way(consts):
     ``SINGLE`` where every port that runs has one class queue; else ``MERGED``."""
     params, n_behind, one_class, one_queue = consts[0], consts[9], consts[11], consts[12]
     runs_here = n_behind > 0
-    long = (jnp.sum(runs_here) <= long_ports(params.static)) & ~jnp.any(runs_here & ~one_class)
+    long = (jnp.sum(runs_here) <= long_ports(params.static)) & ~jnp.any(runs_here & ~one_queue)
     return jnp.where(long, LONG, jnp.where(jnp.any(runs_here & ~one_queue), MERGED, SINGLE))
 
 
