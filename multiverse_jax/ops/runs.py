@@ -198,7 +198,7 @@ def behind(params: Params, order, head, first_end_ps, chosen, who, held, offer_p
     return Behind(chosen_ok, queue_class, order.slot[at], order.time_ps[at], packet, ser_ps, start, free_before)
 
 
-def queues_behind(order, head, end0, nxt: Behind, first_wire_bytes, who, n_classes: int):
+def queues_behind(order, head, end0, nxt: Behind, first_wire_bytes, who, n_classes: int, n_probes: int = queues.PROBES):
     """(R, K) int64 the queue of each port ``who`` (K,) just before each packet of ``nxt``,
     it included; (R, K (1 + C)) where its queues' arrived packets end then; and (R, K) bool
     whether that is known. What arrived since the first departure's start (``end0`` (Q,):
@@ -206,13 +206,13 @@ def queues_behind(order, head, end0, nxt: Behind, first_wire_bytes, who, n_class
     ``queues.PROBES`` positions of each queue; where all of them have arrived, the run
     stops (the next round searches further)."""
     queue = (n_classes * who[:, None] + jnp.arange(n_classes)).reshape(-1)  # (K (1 + C),)
-    probe = end0[queue][:, None] + jnp.arange(queues.PROBES, dtype=end0.dtype)
+    probe = end0[queue][:, None] + jnp.arange(n_probes, dtype=end0.dtype)
     inside = probe < order.queue_end[queue][:, None]
     probe_ps = jnp.where(inside, order.time_ps[jnp.minimum(probe, order.slot.shape[0] - 1)], NEVER)
     start = jnp.repeat(nxt.start, n_classes, axis=-1)  # (R, K (1 + C))
     count = jnp.sum(probe_ps <= start[..., None], axis=-1, dtype=end0.dtype)
     per_port = count.shape[:-1] + (who.shape[0], n_classes)
-    known = ~jnp.any((count == queues.PROBES).reshape(per_port), axis=-1)
+    known = ~jnp.any((count == n_probes).reshape(per_port), axis=-1)
     ends = end0[queue] + count
     arrived = (order.bytes_before[ends] - order.bytes_before[head[queue]]).reshape(per_port).sum(axis=-1)
     wire = nxt.packet.wire_bytes.astype(jnp.int64)
@@ -275,14 +275,15 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     n_behind = jnp.where(first.sends, jnp.sum(n_queued, axis=1) - jnp.where(first.creates, 0, 1), 0)
     # One class queue with packets left in the window's order and no NIC offer: no rival class;
     # and a queued first departure (way 1 starts past the first's packet in its queue).
-    one_class = (jnp.sum(n_queued > 0, axis=1) <= 1) & jnp.all(offer_ready_ps == NEVER, axis=1) & ~first.creates
-    consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_class)
+    one_queue = jnp.sum(n_queued > 0, axis=1) <= 1  # (P,) one class queue holds the port's packets: no rival class queued
+    one_class = one_queue & jnp.all(offer_ready_ps == NEVER, axis=1) & ~first.creates
+    consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_class, one_queue)
 
     def ran_and_pool(consts, idle):
-        if long_rows(consts[0].static) == 0:
-            rows = _rows(*consts, single=False)
+        ways = [lambda consts: _rows(*consts, way=LONG), lambda consts: _rows(*consts, way=SINGLE), lambda consts: _rows(*consts, way=MERGED)]
+        if long_rows(consts[0].static) == 0:  # no way 1: the index of way 2 is one lower
+            rows = lockstep.switch_largest(lambda consts: jnp.maximum(_way(consts), SINGLE) - SINGLE, ways[SINGLE:], consts)
         else:
-            ways = [lambda consts: _rows(*consts, single=True), lambda consts: _rows(*consts, single=False)]
             rows = lockstep.switch_largest(_way, ways, consts)
         return _ran(rows), leave(consts[0], idle[1], rows)
 
@@ -290,11 +291,17 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     return lockstep.when_any(jnp.any(n_behind > 0), ran_and_pool, (idle, state.packets), consts)
 
 
+LONG, SINGLE, MERGED = 0, 1, 2  # ``follow``'s ways 1, 2 and 3 (``_way``)
+
+
 def _way(consts):
-    """() int32 0 where ``follow``'s way 1 serves the experiment's runs, else 1."""
-    params, n_behind, one_class = consts[0], consts[9], consts[11]
+    """() int32 the way of ``follow`` that serves the experiment's runs: ``LONG`` where at
+    most ``long_ports`` ports run, each with one class queue and no NIC offer; else
+    ``SINGLE`` where every port that runs has one class queue; else ``MERGED``."""
+    params, n_behind, one_class, one_queue = consts[0], consts[9], consts[11], consts[12]
     runs_here = n_behind > 0
-    return jnp.where((jnp.sum(runs_here) <= long_ports(params.static)) & ~jnp.any(runs_here & ~one_class), 0, 1)
+    long = (jnp.sum(runs_here) <= long_ports(params.static)) & ~jnp.any(runs_here & ~one_queue)
+    return jnp.where(long, LONG, jnp.where(jnp.any(runs_here & ~one_queue), MERGED, SINGLE))
 
 
 class Ran(NamedTuple):
@@ -311,11 +318,12 @@ def _ran(rows: Rows) -> Ran:
     return Ran(rows.ports, rows.over, jnp.sum(rows.dep.sends, dtype=jnp.int32), rows.served, rows.ends)
 
 
-def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_class, single=False) -> Rows:
-    """The runs of one round (``follow``'s way 1 where ``single``, else 2)."""
+def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_class, one_queue, way=MERGED) -> Rows:
+    """The runs of one round (``follow``'s way ``way``: ``_way``)."""
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     window_start_ps = window_end_ps - params.window_ps
-    if single:
+    single = way != MERGED
+    if way == LONG:
         n_runners, n_rows = long_ports(params.static), long_rows(params.static)
     else:
         n_runners, n_rows = run_ports(params.static), run_rows(params.static) - 1
@@ -325,8 +333,11 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
     first_end_ps = jnp.where(first_k.sends, first_k.start + first_k.ser_ps, window_end_ps)  # no departure: no row follows
     held = pfc.held_until_ps(params, links, jnp.maximum(first_end_ps, window_start_ps), at)
     if single:
+        # The class queue that holds the port's packets: the first's, or after a NIC's new packet the one with any.
+        n_queued = (order.queue_end - head).reshape(n_ports, n_classes)[at]
+        queue_class = jnp.where(first_k.creates, jnp.argmax(n_queued > 0, axis=1), chosen[at]).astype(jnp.int32)
         nxt, queue_bytes, ends, known = single_class(
-            params, order, head, end0, first_k, first_end_ps, chosen[at], at, held, offer_ready_ps[at], window_end_ps, n_rows
+            params, order, head, end0, first_k, first_end_ps, queue_class, at, held, offer_ready_ps[at], window_end_ps, n_rows, way == LONG
         )  # fmt: skip
     else:
         # After a NIC's new packet its next offers are unknown, but start no earlier than the
@@ -397,7 +408,7 @@ def long_rows(static) -> int:
     return (run_rows(static) - 1) * run_ports(static) // long_ports(static)  # as many cells as way 2: no padding
 
 
-def single_class(params: Params, order, head, end0, first, first_end_ps, chosen, who, held, offer_ps, window_end_ps, n_rows: int):
+def single_class(params: Params, order, head, end0, first, first_end_ps, chosen, who, held, offer_ps, window_end_ps, n_rows: int, search: bool = True):
     """``behind`` and ``queues_behind`` where a port's run takes one class queue only
     (class ``chosen`` (K,) at ports ``who`` (K,); ``first``: their first departures,
     ending at ``first_end_ps``): the next ``n_rows`` packets of that FIFO start at the
@@ -414,7 +425,9 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
     n_classes, n_positions = 1 + params.static.n_data_classes, order.slot.shape[0]
     window_start_ps = window_end_ps - params.window_ps
     queue = n_classes * who + chosen  # (K,)
-    position = head[queue] + 1 + jnp.arange(n_rows, dtype=head.dtype)[:, None]  # (R, K): past the first's packet
+    creates = first.creates  # (K,) the first was a NIC's new packet, not this queue's head
+    past_first = jnp.where(creates, 0, 1).astype(head.dtype)
+    position = head[queue] + past_first + jnp.arange(n_rows, dtype=head.dtype)[:, None]  # (R, K): past the first's packet
     in_queue = position < order.queue_end[queue]
     at = jnp.minimum(position, n_positions - 1)
     available_ps = order.time_ps[at]
@@ -432,8 +445,22 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
         (head_k < order.queue_end[queue_k]) & (jnp.arange(n_classes) != chosen[:, None]),
         order.time_ps[jnp.minimum(head_k, n_positions - 1)], NEVER,
     )  # fmt: skip
-    rival_ps = jnp.minimum(jnp.min(rival_ps, axis=1), jnp.min(offer_ps, axis=1))
-    chosen_ok = in_queue & (start < rival_ps) & (~is_data | (start < held[1]))
+    # A NIC's offer of data class c starts no earlier than the port falls free and the offer
+    # is ready, and on a tie the queued packet of class q wins where q <= c (``behind``'s order
+    # of candidates). After a NIC's new packet its next offers are unknown: ready at 0.
+    offer_ps = jnp.where(creates[:, None], 0, offer_ps)  # (K, C)
+    free_before_ps = jnp.concatenate([first_end_ps[None], (start + ser_ps)[:-1]])
+    offer_start_ps = jnp.maximum(free_before_ps[..., None], offer_ps)  # (R, K, C) each offer's earliest start
+    ties_to_queue = chosen[:, None] <= jnp.arange(1, n_classes, dtype=chosen.dtype)  # (K, C)
+    before_offers = jnp.all((start[..., None] < offer_start_ps) | ((start[..., None] == offer_start_ps) & ties_to_queue), axis=-1)
+    chosen_ok = in_queue & (start < jnp.min(rival_ps, axis=1)) & before_offers & (~is_data | (start < held[1]))
+    queue_class = jnp.broadcast_to(chosen, start.shape).astype(jnp.int32)
+    nxt = Behind(chosen_ok, queue_class, order.slot[at], available_ps, packet, ser_ps, start, free_before_ps)
+    first_queued_bytes = jnp.where(creates, 0, first.wire_bytes)  # a NIC's new packet was not queued
+    if not search:  # a few rows: what arrived by each start, among the next PROBES positions of each queue
+        n_probes = max(queues.PROBES, n_rows + 1)  # every row's own position and one past the last
+        queue_bytes, ends, known = queues_behind(order, head, end0, nxt, first_queued_bytes, who, n_classes, n_probes)
+        return nxt, queue_bytes, ends, known
     # Arrived by each start: its own packet and those before it, those arrived by the first's start, and a search past them.
     low = jnp.maximum(end0[queue], position + 1)
     ends = _arrived_within(order.time_ps, low, jnp.minimum(order.queue_end[queue], low + SEARCHED), start)
@@ -441,10 +468,7 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
     ends_k = jnp.where(jnp.arange(n_classes) == chosen[:, None], ends[..., None], end0[queue_k])  # (R, K, 1 + C)
     arrived = jnp.sum(order.bytes_before[ends_k] - order.bytes_before[head_k], axis=-1)
     wire = packet.wire_bytes.astype(jnp.int64)
-    queue_bytes = arrived - first.wire_bytes.astype(jnp.int64) - (jnp.cumsum(wire, axis=0) - wire)
-    free_before_ps = jnp.concatenate([first_end_ps[None], (start + ser_ps)[:-1]])
-    queue_class = jnp.broadcast_to(chosen, start.shape).astype(jnp.int32)
-    nxt = Behind(chosen_ok, queue_class, order.slot[at], available_ps, packet, ser_ps, start, free_before_ps)
+    queue_bytes = arrived - first_queued_bytes.astype(jnp.int64) - (jnp.cumsum(wire, axis=0) - wire)
     return nxt, queue_bytes, ends_k.reshape(n_rows, -1), known
 
 
