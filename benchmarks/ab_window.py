@@ -62,6 +62,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--flow-bytes", type=int, default=4_000_000)
     parser.add_argument("--slots-per-host", type=int, default=512)
+    parser.add_argument("--ack-class", default="data", choices=("data", "control"), help="packet.ack_class (data: htsim's)")
     parser.add_argument("--warm-windows", type=int, default=200)
     parser.add_argument("--windows", type=int, default=30, help="windows per timed call")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls of each program, alternating")
@@ -70,7 +71,7 @@ def main() -> None:
 
     module, other = importlib.import_module(args.module), load_file(args.other_file)
     names = args.functions.split(",")
-    batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host)
+    batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host, args.ack_class)
     warm = jax.block_until_ready(engine.advance(batch.params, batch.state, args.warm_windows))
     programs = {
         "current": compile_with(module, {name: getattr(module, name) for name in names}, batch.params, warm, args.windows),

@@ -182,21 +182,44 @@ def _two_queues(static, arrival_ps, wire_bytes):
     return order, jnp.array([0, len(arrival_ps[0])], jnp.int32), params
 
 
+# Where a NIC's new packet leads a run: host 0 sends a flow while 8 flows come in, and 15
+# likewise, all in one priority with ACKs in the data FIFO (htsim's configuration), so the
+# ACKs that arrive while a NIC serialises its own packet queue behind it, in the one class.
+BOTH_WAYS = make_flows(
+    [1, 2, 3, 4, 5, 6, 7, 8, 0, 9, 10, 11, 12, 13, 14, 15],
+    [0, 0, 0, 0, 0, 0, 0, 0, 9, 15, 15, 15, 15, 15, 15, 1],
+    [40_000] * 8 + [200_000] + [40_000] * 6 + [200_000],
+    [0] * 9 + [PS] * 7,
+)
+BOTH_WAYS_EXPERIMENTS = [
+    Experiment(FAT_TREE, BOTH_WAYS, switch=PFC, packet=PacketConfig(ack_class="data"), sim=SimConfig(seed=5)),
+    Experiment(FAT_TREE, BOTH_WAYS, switch=PFC, cc=CcKind.hpcc, packet=PacketConfig(ack_class="data"), sim=SimConfig(seed=6)),
+]
+
+
 @pytest.mark.parametrize("batching", ["vmap"])
 def test_long_single_class_runs_equal_one_packet_a_round(one_a_round, batching, monkeypatch):
-    """``Static.long_runs`` (an accelerator's default): where at most ``runs.LONG_PORTS``
-    ports have packets behind their first, each in one class queue and with no NIC offer,
-    a round starts up to ``runs.long_rows`` packets each in closed form (``follow``'s
-    way 1). In lockstep (the accelerator's batching), the batch takes it where every
-    experiment can. It is taken here, and the results are those of one packet a round."""
-    rows_started = []
+    """``Static.long_runs`` (an accelerator's default): where every port with packets
+    behind its first has them in one class queue, a round starts them in closed form
+    (``follow``'s ways 1 and 2: up to ``runs.long_rows`` packets at ``runs.LONG_PORTS``
+    ports, or ``run_rows`` - 1 at more), a NIC's new packet leading some runs. In lockstep
+    (the accelerator's batching), the batch takes them where every experiment can. They
+    are taken here, and the results are those of one packet a round."""
+    rows_started = []  # (rows, of which behind a NIC's new packet) each time single_class runs
     original = runs.single_class
 
     def counted(*args, **kwargs):
         nxt, queue_bytes, ends, known = out = original(*args, **kwargs)
-        jax.debug.callback(lambda n: rows_started.append(int(n)), jnp.sum(nxt.chosen_ok & known))
+        started, first = nxt.chosen_ok & known, args[4]
+        after_creates = jnp.sum(started & first.creates[None, :])
+        jax.debug.callback(lambda n, c: rows_started.append((int(n), int(c))), jnp.sum(started), after_creates)
         return out
 
     monkeypatch.setattr(runs, "single_class", counted)
     assert_same([outcome(r) for r in run_small(EXPERIMENTS, batching=batching, long_runs=True, **SHAPES)], one_a_round)
-    assert sum(rows_started) > 0, "way 1 never started a packet"
+    # The same program (traced above, with the count) on the second batch, against its run of one packet a round.
+    reference = [outcome(r) for r in run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, run_packets=1, **SHAPES)]
+    results = run_small(BOTH_WAYS_EXPERIMENTS, batching=batching, batch_size=4, long_runs=True, **SHAPES)
+    assert_same([outcome(r) for r in results], reference)
+    assert sum(n for n, _ in rows_started) > 0, "ways 1 and 2 never started a packet"
+    assert sum(c for _, c in rows_started) > 0, "no run followed a NIC's new packet"

@@ -255,16 +255,28 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     by its start; ``offer_ready_ps`` (P, C): each NIC port's offers, NEVER at switches):
     at the ports with the most packets queued behind it in any class (``runners``), as
     many of their next packets as the rounds after this one would start there, one a
-    round. One of three ways runs (``lockstep.switch_largest``: a batch runs the last
+    round. One of these ways runs (``lockstep.switch_largest``: a batch runs the last
     any experiment asks for, which gives every experiment the same results):
 
     0. no port has a packet behind its first: nothing;
-    1. with ``Static.long_runs`` (``build_batch``'s default off the CPU), at most
-       ``long_ports`` do, each with packets of one class queue only and no NIC offer (a
-       switch port draining a burst at the end of a window): ``long_rows`` packets each,
-       their starts in closed form (``single_class``);
-    2. otherwise: ``run_ports`` ports, ``run_rows`` - 1 packets each, their class
-       queues merged by strict priority (``behind``'s recurrence over the rows).
+    1. ``LONG``, with ``Static.long_runs`` (``build_batch``'s default off the CPU): at most
+       ``long_ports`` do, each with packets of one class queue only (a switch port
+       draining a burst at the end of a window): ``long_rows`` packets each, their starts
+       in closed form (``single_class``);
+    2. ``SINGLE``, also with ``Static.long_runs``: more ports do, but each with packets of
+       one class queue only (htsim's configuration, ACKs queued with data, has no other
+       kind): ``run_ports`` ports, ``run_rows`` - 1 packets each, in the same closed form;
+    3. ``MERGED``, otherwise (and always without ``Static.long_runs``): ``run_ports``
+       ports, ``run_rows`` - 1 packets each, their class queues merged by strict priority
+       (``behind``'s recurrence over the rows).
+
+    In ways 1 and 2 a NIC's offers are rivals of the queued packets (a row is certain
+    while it starts before every offer could), and after a NIC's new packet the run goes
+    on through its queue from its head. Ways 1 and 2 take the same rounds as way 3 in
+    fewer kernels: on an H200 a window of the htsim sweep's point took 2.09 ms against
+    2.28 with way 3 alone; on a CPU, where a window's time does not follow its kernels,
+    0-3 % less, and 1-2 % more with control-class ACKs, whose rounds mostly merge two
+    class queues (``benchmarks/HISTORY.md``, stops 43 and 44), so the CPU keeps way 3 alone.
 
     Returns the ``Ran`` and the pool with the runs' packets on the wire: ``leave(params,
     packets, rows)`` writes them (``systems.transmit.leave``), in the same branch, so an
@@ -273,17 +285,14 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     n_queued = (order.queue_end - head).reshape(n_ports, n_classes)
     # (P,) the packets queued behind each port's first departure, every class's (a NIC's new packet was not queued).
     n_behind = jnp.where(first.sends, jnp.sum(n_queued, axis=1) - jnp.where(first.creates, 0, 1), 0)
-    # One class queue with packets left in the window's order and no NIC offer: no rival class;
-    # and a queued first departure (way 1 starts past the first's packet in its queue).
     one_queue = jnp.sum(n_queued > 0, axis=1) <= 1  # (P,) one class queue holds the port's packets: no rival class queued
-    one_class = one_queue & jnp.all(offer_ready_ps == NEVER, axis=1) & ~first.creates
-    consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_class, one_queue)
+    consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_queue)
 
     def ran_and_pool(consts, idle):
-        ways = [lambda consts: _rows(*consts, way=LONG), lambda consts: _rows(*consts, way=SINGLE), lambda consts: _rows(*consts, way=MERGED)]
-        if long_rows(consts[0].static) == 0:  # no way 1: the index of way 2 is one lower
-            rows = lockstep.switch_largest(lambda consts: jnp.maximum(_way(consts), SINGLE) - SINGLE, ways[SINGLE:], consts)
+        if long_rows(consts[0].static) == 0:  # ways 1 and 2 are off: way 3 alone
+            rows = _rows(*consts, way=MERGED)
         else:
+            ways = [lambda consts, way=way: _rows(*consts, way=way) for way in (LONG, SINGLE, MERGED)]
             rows = lockstep.switch_largest(_way, ways, consts)
         return _ran(rows), leave(consts[0], idle[1], rows)
 
@@ -291,14 +300,14 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     return lockstep.when_any(jnp.any(n_behind > 0), ran_and_pool, (idle, state.packets), consts)
 
 
-LONG, SINGLE, MERGED = 0, 1, 2  # ``follow``'s ways 1, 2 and 3 (``_way``)
+LONG, SINGLE, MERGED = 0, 1, 2  # ``follow``'s ways 1, 2 and 3 (``_way``; the index ``switch_largest`` takes)
 
 
 def _way(consts):
     """() int32 the way of ``follow`` that serves the experiment's runs: ``LONG`` where at
-    most ``long_ports`` ports run, each with one class queue and no NIC offer; else
+    most ``long_ports`` ports run, each with one class queue; else
     ``SINGLE`` where every port that runs has one class queue; else ``MERGED``."""
-    params, n_behind, one_class, one_queue = consts[0], consts[9], consts[11], consts[12]
+    params, n_behind, one_queue = consts[0], consts[9], consts[11]
     runs_here = n_behind > 0
     long = (jnp.sum(runs_here) <= long_ports(params.static)) & ~jnp.any(runs_here & ~one_queue)
     return jnp.where(long, LONG, jnp.where(jnp.any(runs_here & ~one_queue), MERGED, SINGLE))
@@ -318,7 +327,7 @@ def _ran(rows: Rows) -> Ran:
     return Ran(rows.ports, rows.over, jnp.sum(rows.dep.sends, dtype=jnp.int32), rows.served, rows.ends)
 
 
-def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_class, one_queue, way=MERGED) -> Rows:
+def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_queue, way=MERGED) -> Rows:
     """The runs of one round (``follow``'s way ``way``: ``_way``)."""
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     window_start_ps = window_end_ps - params.window_ps
