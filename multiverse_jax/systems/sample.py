@@ -10,12 +10,23 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.ops import lockstep
 from multiverse_jax.ops.packets import port_queue_bytes
 from multiverse_jax.ops.steady import steady_rates
 
 
 def sample(params: Params, state: State, window_end_ps) -> State:
-    smp = state.samples
+    # Most windows take no sample (none at all where sampling is off): the record, with its
+    # pass over the pool for the queues, runs only in a window where one is due (under vmap,
+    # where some experiment's is; the others' writes are dropped).
+    due = window_end_ps >= state.samples.next_sample_ps
+    samples = lockstep.when_any(due, _record, state.samples, (params, state, window_end_ps))
+    return state.replace(samples=samples)
+
+
+def _record(consts, smp):
+    """The time series after this window: a sample at each index where one is due."""
+    params, state, window_end_ps = consts
     due = window_end_ps >= smp.next_sample_ps
     n_ring = params.static.n_samples
     # Not due: write to an index past the ring (dropped), so nothing changes.
@@ -41,5 +52,5 @@ def sample(params: Params, state: State, window_end_ps) -> State:
         sample_port_queue_bytes=smp.sample_port_queue_bytes.at[at].set(queue_bytes, mode="drop"),
         sample_flow_steady=smp.sample_flow_steady.at[at].set(steady_now & params.steady.hybrid, mode="drop"),
     )
-    return state.replace(samples=smp)
+    return smp
 
