@@ -181,19 +181,27 @@ def pfc(params: Params, state: State, window_end_ps) -> State:
 
     def sorted_in(n_places: int, go):
         """The decisions from the window's events sorted in ``n_places`` places (a small
-        pool: every key, unpacked), and the number of events. Computed from the state here,
+        pool: every key, unpacked), and the places its events need (two for each slot with
+        one: its departure and arrival keys are packed together). Computed from the state here,
         not passed in: a larger sort runs rarely, and what it would read otherwise would be
         kept in memory every window."""
         traffic = _window_traffic(params, state, window_end_ps)
         keys = _event_keys(params, state, window_end_ps, traffic, _near_threshold(params, state, traffic))
-        every_index = jnp.arange(n_keys, dtype=jnp.int32)
+        n_slots = params.static.n_slots
+        # Slot e's departure is key e, its arrival key S + e: a slot with either takes two places.
+        with_event = keys.is_event[:n_slots] | keys.is_event[n_slots:]  # (S,)
+        places_needed = 2 * jnp.sum(with_event, dtype=jnp.int32)
         if n_keys <= PFC_COMPACT_ABOVE:
+            every_index = jnp.arange(n_keys, dtype=jnp.int32)
             events = _sorted_events(params, window_end_ps, traffic, keys, jnp.where(go, keys.key, keys.none), every_index)
         else:
-            columns = (keys.key, keys.none), (every_index, 0)
-            (packed, packed_index), _ = compact(keys.is_event & go, n_places, *columns)
+            # The slots with an event, compacted (a pass over S, not over the 2 S keys), then both keys of each.
+            (slot,), _ = compact(with_event & go, max(1, n_places // 2), (jnp.arange(n_slots, dtype=jnp.int32), n_slots))
+            at = jnp.minimum(slot, n_slots - 1)
+            packed_index = jnp.concatenate([at, at + n_slots])
+            packed = jnp.where(jnp.concatenate([slot, slot]) < n_slots, keys.key[packed_index], keys.none)
             events = _sorted_events(params, window_end_ps, traffic, keys, packed, packed_index)
-        return _decisions(params, state, window_end_ps, traffic, events), jnp.sum(keys.is_event, dtype=jnp.int32)
+        return _decisions(params, state, window_end_ps, traffic, events), places_needed
 
     if n_keys <= PFC_COMPACT_ABOVE:  # a small pool sorts all its events (fewer programs to compile)
         decided, states, pauses, n_changes = sorted_in(n_keys, True)[0]
@@ -203,9 +211,9 @@ def pfc(params: Params, state: State, window_end_ps) -> State:
         # most once per size; in a lockstep batch, the sizes some experiment needs): a window
         # sorts about as many places as it has events near a threshold, not the pool's size.
         sizes = event_sort_sizes(n_keys, params.static.n_ports)
-        decisions, n_events = sorted_in(sizes[0], True)
+        decisions, needed = sorted_in(sizes[0], True)
         for fewer, n_places in zip(sizes, sizes[1:]):
-            holds = (n_events > fewer) & ((n_events <= n_places) | (n_places == n_keys))
+            holds = (needed > fewer) & ((needed <= n_places) | (n_places == n_keys))
             decisions = at_most_once(holds, lambda go, _, n_places=n_places: sorted_in(n_places, go)[0], decisions)
         decided, states, pauses, n_changes = decisions
     # A frozen partition's links (hybrid mode) keep their history as it was: it moves with their thaw.
