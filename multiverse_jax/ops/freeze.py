@@ -113,3 +113,12 @@ def advance_flows(params: Params, state: State, mask, n_packets) -> State:
             timely=cc.timely.replace(flow_round_end_seq=cc.timely.flow_round_end_seq + n),
         ),
     )
+
+
+def frozen_packets(params: Params, state: State):
+    """(S,) bool the packets of flows whose partition is frozen (hybrid mode); a () False
+    where no experiment of the batch is hybrid (``Static.steady_window`` 1), so that a
+    window's pass over the pool reads no flow's state for them."""
+    if params.static.steady_window == 1:
+        return jnp.bool_(False)
+    return state.steady.frozen[state.packets.pkt_flow]

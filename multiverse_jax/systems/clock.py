@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_STALLED, ERROR_TIME_LIMIT, Params, State
-from multiverse_jax.ops import cc, nic, pfc, polls
+from multiverse_jax.ops import cc, freeze, nic, pfc, polls
 from multiverse_jax.units import NEVER
 from multiverse_jax.ops.packets import in_flight, queued
 
@@ -21,7 +21,7 @@ from multiverse_jax.ops.packets import in_flight, queued
 def clock(params: Params, state: State, window_end_ps) -> State:
     pkts = state.packets
     next_arrival = jnp.min(jnp.where(in_flight(pkts), pkts.pkt_time_ps, NEVER))
-    frozen = state.steady.frozen[pkts.pkt_flow]  # hybrid mode: a frozen partition's queues wait for its thaw
+    frozen = freeze.frozen_packets(params, state)  # hybrid mode: a frozen partition's queues wait for its thaw
     anything_queued = jnp.any(queued(pkts) & ~frozen)
     sendable, ready_ps = nic.sendable_and_ready(params, state)
     next_send = jnp.min(jnp.where(sendable, ready_ps, NEVER))

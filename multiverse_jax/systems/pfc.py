@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import ERROR_PFC_TOGGLES, Params, State
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
+from multiverse_jax.ops import freeze
 from multiverse_jax.ops.lockstep import at_most_once
 from multiverse_jax.ops.pfc import counted_until_ps
 from multiverse_jax.ops.queues import sort_sizes
@@ -51,7 +52,7 @@ def _window_traffic(params: Params, state: State, window_end_ps):
     pkts = state.packets
     window_start_ps = window_end_ps - params.window_ps
     counted, left_ps = counted_until_ps(params, pkts)
-    counted = counted & ~state.steady.frozen[pkts.pkt_flow]  # a frozen partition's links hold their state
+    counted = counted & ~freeze.frozen_packets(params, state)  # a frozen partition's links hold their state
     size = pkts.pkt_bytes.astype(jnp.int64)
     left_now = counted & pkts.pkt_in_flight & (left_ps >= window_start_ps) & (left_ps < window_end_ps)
     not_yet_left = ~pkts.pkt_in_flight | (left_ps >= window_start_ps)
