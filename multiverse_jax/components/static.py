@@ -55,8 +55,9 @@ class Static:
     run_packets: int = 1  # M: packets one port may start in one transmit round, one after another from its class
     #   queues (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS unless
     #   ``sim.run_packets`` asks for another. A choice, not a shape
-    long_runs: bool = False  # a round may start long single-class runs at a few ports (``ops/runs.py``,
-    #   ``follow``'s way 1): fewer rounds a window, which an accelerator's lockstep batch pays in kernel
+    long_runs: bool = False  # a round may start long single-class runs at a few ports, and single-class runs
+    #   at more in the same closed form (``ops/runs.py``, ``follow``'s ways 1 and 2): fewer rounds a window, and
+    #   fewer kernels a round, which an accelerator's lockstep batch pays in kernel
     #   latency; in ``map`` on a CPU they cost as much as they save. ``build_batch`` sets it off the CPU unless
     #   ``sim.long_runs`` asks. A choice, not a shape
     lockstep_experiments: int = 0  # B: experiments a vmap batch steps in lockstep at once, in B lanes that each take

@@ -576,8 +576,9 @@ class SimConfig(Group):
     # experiment when theirs stops (engine.lockstep_lanes; the largest of a batch): 0 chooses, the
     # whole batch on an accelerator, a cache's worth of packet pools on a CPU. Same results, bit for bit
     lockstep_experiments: int = 0
-    # Long single-class runs (ops/runs.py, follow's way 1): a round may start many packets of one
-    # class queue (84 at k=8) at up to 8 ports, in closed form. auto: on an accelerator, off on a CPU (where they
+    # Long single-class runs (ops/runs.py, follow's ways 1 and 2): a round may start many packets of one
+    # class queue (84 at k=8) at up to 8 ports, in closed form, and where more ports run, each from one
+    # class queue, their runs in the same closed form. auto: on an accelerator, off on a CPU (where they
     # pay in vmap, not in map, and compile 12-25 % longer); always | never. One experiment of a
     # batch asking always turns them on for it, else one asking never off. Same results, bit for bit
     long_runs: LongRuns = LongRuns.auto

@@ -405,7 +405,7 @@ def long_ports(static) -> int:
 
 
 def n_cells(static) -> int:
-    """N: the cells of a round's ``Rows``, the larger of the two ways' (R, K)."""
+    """N: the cells of a round's ``Rows``, the larger of the ways' (R, K) (ways 2 and 3 alike)."""
     return max((run_rows(static) - 1) * run_ports(static), long_rows(static) * long_ports(static))
 
 
@@ -414,7 +414,7 @@ def long_rows(static) -> int:
     ``Static.long_runs`` is off or runs are)."""
     if not static.long_runs or run_rows(static) == 1:
         return 0
-    return (run_rows(static) - 1) * run_ports(static) // long_ports(static)  # as many cells as way 2: no padding
+    return (run_rows(static) - 1) * run_ports(static) // long_ports(static)  # as many cells as ways 2 and 3: no padding
 
 
 def single_class(params: Params, order, head, end0, first, first_end_ps, chosen, who, held, offer_ps, window_end_ps, n_rows: int, search: bool = True):
