@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from multiverse_jax.components.experiment import Params, State, experiment_params, initial_state
-from multiverse_jax.components.static import RUN_PACKETS, Static
+from multiverse_jax.components.static import RUN_PACKETS, RUN_PACKETS_SINGLE_CLASS, Static
 from multiverse_jax.components.flows import ADMIT_ENTRIES
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
-from multiverse_jax.conf.schema import CcKind, HpccIntQueue, HpccPacing, HybridRestore, LivePrefix, LongRuns, SimMode, SwitchPipeline
+from multiverse_jax.conf.schema import AckClass, CcKind, HpccIntQueue, HpccPacing, HybridRestore, LivePrefix, LongRuns, SimMode, SwitchPipeline
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
@@ -100,7 +100,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         n_activators=max(1, biggest(lambda e: e.triggers[0].shape[1])),
         route_width=biggest(lambda e: max(table.width for table in e.epoch_routing)),
         pinned_len=max(1, biggest(lambda e: (e.routes.max_links if e.routes is not None else 1))),
-        n_data_classes=1 + biggest(lambda e: int(e.flows.prio.max(initial=0))),
+        n_data_classes=_priorities(experiments),
         slots_per_host=1 if flow_level else slots_per_host,
         pfc_history=history,
         # Telemetry only for HPCC: without it, no INT columns (transmit records nothing).
@@ -120,6 +120,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
         run_packets=_run_packets(experiments),
         lockstep_experiments=max(e.sim.lockstep_experiments for e in experiments),
+        rival_classes=any(e.packet.ack_class != AckClass.data for e in experiments) or _priorities(experiments) > 1,
     )
     return static if flow_level else _by_backend(static, experiments)
 
@@ -138,10 +139,18 @@ def _by_backend(static: Static, experiments) -> Static:
     on_cpu = jax.default_backend() == "cpu"
     layout = next((str(e.sim.live_prefix) for e in experiments if e.sim.live_prefix != LivePrefix.auto), "auto")
     outer, inner, per_host = default_prefix_columns(static.n_hosts, static.slots_per_host, on_cpu, layout)
+    run_packets = static.run_packets
+    if on_cpu and not static.rival_classes and not any(e.sim.run_packets for e in experiments):
+        run_packets = RUN_PACKETS_SINGLE_CLASS  # longer runs, in closed form (ops/runs.py, follow's way 2)
     return dataclasses.replace(
         static, prefix_columns=outer, prefix_inner_columns=inner, prefix_per_host=per_host,
-        long_runs=_long_runs(experiments, on_cpu),
+        long_runs=_long_runs(experiments, on_cpu), run_packets=run_packets,
     )  # fmt: skip
+
+
+def _priorities(experiments) -> int:
+    """C: the data classes a port needs, one per flow priority of the batch."""
+    return 1 + max(int(e.flows.prio.max(initial=0)) for e in experiments)
 
 
 def _long_runs(experiments, on_cpu: bool) -> bool:

@@ -17,7 +17,7 @@ import pytest
 from conftest import SMALL, padded_size, run_small
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch, needed_static
-from multiverse_jax.components.static import RUN_PACKETS
+from multiverse_jax.components.static import RUN_PACKETS, RUN_PACKETS_SINGLE_CLASS
 from multiverse_jax.conf.schema import CcKind, PacketConfig, SimConfig, SwitchConfig
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
@@ -197,15 +197,10 @@ BOTH_WAYS_EXPERIMENTS = [
 ]
 
 
-@pytest.mark.parametrize("batching", ["vmap"])
-def test_long_single_class_runs_equal_one_packet_a_round(one_a_round, batching, monkeypatch):
-    """``Static.long_runs`` (an accelerator's default): where every port with packets
-    behind its first has them in one class queue, a round starts them in closed form
-    (``follow``'s ways 1 and 2: up to ``runs.long_rows`` packets at ``runs.LONG_PORTS``
-    ports, or ``run_rows`` - 1 at more), a NIC's new packet leading some runs. In lockstep
-    (the accelerator's batching), the batch takes them where every experiment can. They
-    are taken here, and the results are those of one packet a round."""
-    rows_started = []  # (rows, of which behind a NIC's new packet) each time single_class runs
+def _count_single_class(monkeypatch) -> list:
+    """A list that gets, each time ``runs.single_class`` runs in a program traced from now
+    on, (rows started, of which behind a NIC's new packet)."""
+    rows_started = []
     original = runs.single_class
 
     def counted(*args, **kwargs):
@@ -216,6 +211,18 @@ def test_long_single_class_runs_equal_one_packet_a_round(one_a_round, batching, 
         return out
 
     monkeypatch.setattr(runs, "single_class", counted)
+    return rows_started
+
+
+@pytest.mark.parametrize("batching", ["vmap"])
+def test_long_single_class_runs_equal_one_packet_a_round(one_a_round, batching, monkeypatch):
+    """``Static.long_runs`` (an accelerator's default): where every port with packets
+    behind its first has them in one class queue, a round starts them in closed form
+    (``follow``'s ways 1 and 2: up to ``runs.long_rows`` packets at ``runs.LONG_PORTS``
+    ports, or ``run_rows`` - 1 at more), a NIC's new packet leading some runs. In lockstep
+    (the accelerator's batching), the batch takes them where every experiment can. They
+    are taken here, and the results are those of one packet a round."""
+    rows_started = _count_single_class(monkeypatch)
     assert_same([outcome(r) for r in run_small(EXPERIMENTS, batching=batching, long_runs=True, **SHAPES)], one_a_round)
     # The same program (traced above, with the count) on the second batch, against its run of one packet a round.
     reference = [outcome(r) for r in run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, run_packets=1, **SHAPES)]
@@ -223,3 +230,25 @@ def test_long_single_class_runs_equal_one_packet_a_round(one_a_round, batching, 
     assert_same([outcome(r) for r in results], reference)
     assert sum(n for n, _ in rows_started) > 0, "ways 1 and 2 never started a packet"
     assert sum(c for _, c in rows_started) > 0, "no run followed a NIC's new packet"
+
+
+def test_one_class_queue_per_port_takes_the_closed_form_alone(monkeypatch):
+    """Where every experiment queues ACKs with data at one priority (``Static.rival_classes``
+    off: htsim's configuration), every round's runs take ``follow``'s way 2 without way 3
+    (on a CPU, where way 1 is off), at ``RUN_PACKETS_SINGLE_CLASS`` packets a round; a
+    NIC's new packet leads some of them. The results are those of one packet a round.
+    ``build_batch`` turns it on only for such batches, and a given ``Static`` without rival
+    classes is refused for one with them."""
+    reference = [outcome(r) for r in run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, run_packets=1, **SHAPES)]
+    rows_started = _count_single_class(monkeypatch)  # this static's program is traced here only
+    results = run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, rival_classes=False, run_packets=RUN_PACKETS_SINGLE_CLASS, **SHAPES)
+    assert_same([outcome(r) for r in results], reference)
+    assert sum(c for _, c in rows_started) > 0, "no run followed a NIC's new packet"
+    data = needed_static(BOTH_WAYS_EXPERIMENTS)
+    assert not data.rival_classes
+    assert data.run_packets == (RUN_PACKETS_SINGLE_CLASS if jax.default_backend() == "cpu" else RUN_PACKETS)
+    assert needed_static(EXPERIMENTS[:1]).rival_classes  # two priorities
+    assert needed_static([dataclasses.replace(BOTH_WAYS_EXPERIMENTS[0], packet=PacketConfig())]).rival_classes  # control ACKs
+    static = dataclasses.replace(SMALL, rival_classes=False, **SHAPES)
+    with pytest.raises(InputError, match="rival_classes"):
+        build_batch(EXPERIMENTS[1:2], static=static, slots_per_host=static.slots_per_host)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 RUN_PACKETS = 8  # the packets a port may start in one transmit round where runs pay (``Static.run_packets``)
+RUN_PACKETS_SINGLE_CLASS = 15  # the same on a CPU where every port's packets are in one class queue (``rival_classes``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Static:
     inexact_rates: bool = False  # some link rate does not divide 8e12 bit-ps/s: serialisation needs a division
     int_queue_with_packet: bool = False  # some experiment's HPCC telemetry records the queue with the departing
     #   packet (hpcc.int_queue=with_packet): transmit looks ahead at the packets in flight to each port
+    rival_classes: bool = True  # a port may hold packets in two class queues (control-class ACKs, or flow
+    #   priorities): runs merge its queues by strict priority. False where every experiment queues ACKs with data
+    #   at one priority (htsim's configuration): every port's packets are in one FIFO, and runs take its closed form
     switch_serial: bool = False  # some experiment has switch.pipeline=serial: transmit ranks the packets that
     #   reach a switch at one instant (a ports x queues comparison per round) and queues sort by a third key
     admit_entries: int = 1  # A: hand-over times kept per flow for a polling sender (hpcc.pacing=ticks;

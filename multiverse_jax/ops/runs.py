@@ -264,11 +264,13 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
        draining a burst at the end of a window): ``long_rows`` packets each, their starts
        in closed form (``single_class``);
     2. ``SINGLE``, also with ``Static.long_runs``: more ports do, but each with packets of
-       one class queue only (htsim's configuration, ACKs queued with data, has no other
-       kind): ``run_ports`` ports, ``run_rows`` - 1 packets each, in the same closed form;
-    3. ``MERGED``, otherwise (and always without ``Static.long_runs``): ``run_ports``
-       ports, ``run_rows`` - 1 packets each, their class queues merged by strict priority
-       (``behind``'s recurrence over the rows).
+       one class queue only: ``run_ports`` ports, ``run_rows`` - 1 packets each, in the same
+       closed form. Without ``Static.rival_classes`` (every experiment queues ACKs with
+       data at one priority, htsim's configuration: a port has no other kind), every
+       round takes it, long runs or not;
+    3. ``MERGED``, otherwise (and always without ``Static.long_runs`` where some port may
+       hold two class queues): ``run_ports`` ports, ``run_rows`` - 1 packets each, their
+       class queues merged by strict priority (``behind``'s recurrence over the rows).
 
     In ways 1 and 2 a NIC's offers are rivals of the queued packets (a row is certain
     while it starts before every offer could), and after a NIC's new packet the run goes
@@ -276,7 +278,9 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     fewer kernels: on an H200 a window of the htsim sweep's point took 2.09 ms against
     2.28 with way 3 alone; on a CPU, where a window's time does not follow its kernels,
     0-3 % less, and 1-2 % more with control-class ACKs, whose rounds mostly merge two
-    class queues (``benchmarks/HISTORY.md``, stops 43 and 44), so the CPU keeps way 3 alone.
+    class queues, so a CPU takes way 3 alone unless no port has rival classes; there, at
+    ``RUN_PACKETS_SINGLE_CLASS`` packets a round, way 2 ran the htsim sweep 7 % faster than
+    way 3 at 8 (``benchmarks/HISTORY.md``, stops 43 and 44).
 
     Returns the ``Ran`` and the pool with the runs' packets on the wire: ``leave(params,
     packets, rows)`` writes them (``systems.transmit.leave``), in the same branch, so an
@@ -289,8 +293,9 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     consts = (params, state.ports, state.links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_queue)
 
     def ran_and_pool(consts, idle):
-        if long_rows(consts[0].static) == 0:  # ways 1 and 2 are off: way 3 alone
-            rows = _rows(*consts, way=MERGED)
+        static = consts[0].static
+        if long_rows(static) == 0:  # way 1 is off: way 2 where every port has one class queue, else way 3
+            rows = _rows(*consts, way=MERGED if static.rival_classes else SINGLE)
         else:
             ways = [lambda consts, way=way: _rows(*consts, way=way) for way in (LONG, SINGLE, MERGED)]
             rows = lockstep.switch_largest(_way, ways, consts)
