@@ -135,7 +135,10 @@ def _by_backend(static: Static, experiments) -> Static:
     it for the batch (its first such choice). Long
     single-class runs (``ops/runs.py``) off the CPU only: they cut a window's rounds, which
     cost kernel latency on an accelerator; in ``map``, a CPU's default, they paid nothing here
-    (``vmap`` 8-10 % on a CPU) and every program compiles 12-25 % longer."""
+    (``vmap`` 8-10 % on a CPU) and every program compiles 12-25 % longer. On a CPU, a batch
+    without rival classes (``Static.rival_classes``) runs ``RUN_PACKETS_SINGLE_CLASS``
+    packets a round, unless ``sim.run_packets`` asks: its runs take a closed form there,
+    whose longer runs cost little (the htsim sweep 7 % faster than way 3 at 8, stop 44)."""
     on_cpu = jax.default_backend() == "cpu"
     layout = next((str(e.sim.live_prefix) for e in experiments if e.sim.live_prefix != LivePrefix.auto), "auto")
     outer, inner, per_host = default_prefix_columns(static.n_hosts, static.slots_per_host, on_cpu, layout)
