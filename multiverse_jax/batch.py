@@ -142,12 +142,10 @@ def _by_backend(static: Static, experiments) -> Static:
     on_cpu = jax.default_backend() == "cpu"
     layout = next((str(e.sim.live_prefix) for e in experiments if e.sim.live_prefix != LivePrefix.auto), "auto")
     outer, inner, per_host = default_prefix_columns(static.n_hosts, static.slots_per_host, on_cpu, layout)
-    run_packets = static.run_packets
-    if on_cpu and not static.rival_classes and not any(e.sim.run_packets for e in experiments):
-        run_packets = RUN_PACKETS_SINGLE_CLASS  # longer runs, in closed form (ops/runs.py, follow's way 2)
     return dataclasses.replace(
         static, prefix_columns=outer, prefix_inner_columns=inner, prefix_per_host=per_host,
-        long_runs=_long_runs(experiments, on_cpu), run_packets=run_packets,
+        long_runs=_long_runs(experiments, on_cpu),
+        run_packets=_run_packets(experiments, single_class=on_cpu and not static.rival_classes),
     )  # fmt: skip
 
 
@@ -163,14 +161,14 @@ def _long_runs(experiments, on_cpu: bool) -> bool:
     return LongRuns.always in asked or (LongRuns.never not in asked and not on_cpu)
 
 
-def _run_packets(experiments) -> int:
+def _run_packets(experiments, single_class: bool = False) -> int:
     """``Static.run_packets``: the largest ``sim.run_packets`` asked for, or by default
-    RUN_PACKETS. A run follows a port's class queues merged by strict priority, so control
-    ACKs and data leave in one run as they do in one FIFO with ACKs queued with data
-    (htsim's configuration); with control-class ACKs (k=8 permutations, 64 points) rounds
-    per window fall from 9.8 to 4.0, and ``vmap`` runs 14 % faster, ``map`` 2 %
-    (``benchmarks/HISTORY.md``, stop 36)."""
-    return max(e.sim.run_packets for e in experiments) or RUN_PACKETS
+    RUN_PACKETS (RUN_PACKETS_SINGLE_CLASS where ``single_class``: see ``_by_backend``). A run
+    follows a port's class queues merged by strict priority, so control ACKs and data leave
+    in one run as they do in one FIFO with ACKs queued with data (htsim's configuration);
+    with control-class ACKs (k=8 permutations, 64 points) rounds per window fall from 9.8
+    to 4.0, and ``vmap`` runs 14 % faster, ``map`` 2 % (``benchmarks/HISTORY.md``, stop 36)."""
+    return max(e.sim.run_packets for e in experiments) or (RUN_PACKETS_SINGLE_CLASS if single_class else RUN_PACKETS)
 
 
 def _learned_restore(e: Experiment) -> bool:

@@ -236,7 +236,8 @@ def test_one_class_queue_per_port_takes_the_closed_form_alone(monkeypatch):
     """Where every experiment queues ACKs with data at one priority (``Static.rival_classes``
     off: htsim's configuration), every round's runs take ``follow``'s way 2 without way 3
     (on a CPU, where way 1 is off), at ``RUN_PACKETS_SINGLE_CLASS`` packets a round; a
-    NIC's new packet leads some of them. The results are those of one packet a round.
+    NIC's new packet leads some of them. With long runs (an accelerator's default), ways 1
+    and 2. The results are those of one packet a round.
     ``build_batch`` turns it on only for such batches, and a given ``Static`` without rival
     classes is refused for one with them."""
     reference = [outcome(r) for r in run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, run_packets=1, **SHAPES)]
@@ -244,6 +245,9 @@ def test_one_class_queue_per_port_takes_the_closed_form_alone(monkeypatch):
     results = run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, rival_classes=False, run_packets=RUN_PACKETS_SINGLE_CLASS, **SHAPES)
     assert_same([outcome(r) for r in results], reference)
     assert sum(c for _, c in rows_started) > 0, "no run followed a NIC's new packet"
+    # An accelerator's form: long runs on too, in lockstep (the switch takes ways 1 and 2 only).
+    locked = run_small(BOTH_WAYS_EXPERIMENTS, batching="vmap", batch_size=4, rival_classes=False, long_runs=True, **SHAPES)
+    assert_same([outcome(r) for r in locked], reference)
     data = needed_static(BOTH_WAYS_EXPERIMENTS)
     assert not data.rival_classes
     assert data.run_packets == (RUN_PACKETS_SINGLE_CLASS if jax.default_backend() == "cpu" else RUN_PACKETS)

@@ -57,8 +57,8 @@ class Static:
     #   inner prefix likewise, inside it). ``build_batch`` sets it by ``sim.live_prefix`` (auto: on a CPU). A choice, not a shape
 
     run_packets: int = 1  # M: packets one port may start in one transmit round, one after another from its class
-    #   queues (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS unless
-    #   ``sim.run_packets`` asks for another. A choice, not a shape
+    #   queues (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS (on a CPU
+    #   without rival_classes RUN_PACKETS_SINGLE_CLASS) unless ``sim.run_packets`` asks for another. A choice, not a shape
     long_runs: bool = False  # a round may start long single-class runs at a few ports, and single-class runs
     #   at more in the same closed form (``ops/runs.py``, ``follow``'s ways 1 and 2): fewer rounds a window, and
     #   fewer kernels a round, which an accelerator's lockstep batch pays in kernel

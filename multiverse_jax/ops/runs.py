@@ -297,7 +297,8 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
         if long_rows(static) == 0:  # way 1 is off: way 2 where every port has one class queue, else way 3
             rows = _rows(*consts, way=MERGED if static.rival_classes else SINGLE)
         else:
-            ways = [lambda consts, way=way: _rows(*consts, way=way) for way in (LONG, SINGLE, MERGED)]
+            taken = (LONG, SINGLE, MERGED) if static.rival_classes else (LONG, SINGLE)  # (``_way`` never gives way 3 there)
+            ways = [lambda consts, way=way: _rows(*consts, way=way) for way in taken]
             rows = lockstep.switch_largest(_way, ways, consts)
         return _ran(rows), leave(consts[0], idle[1], rows)
 
