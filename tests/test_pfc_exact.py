@@ -2,6 +2,7 @@
 XOFF, and reaches the upstream port exactly one link delay later, whatever the window."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -113,7 +114,10 @@ def test_events_past_the_compact_buffer_take_the_full_sort(monkeypatch):
     def n_events(p, s):
         end = s.time_ps + p.window_ps
         traffic = pfc_system._window_traffic(p, s, end)
-        return pfc_system._event_keys(p, s, end, traffic, pfc_system._near_threshold(p, s, traffic)).is_event.sum()
+        near, layout, n = pfc_system._near_threshold(p, s, traffic), pfc_system._key_layout(p), p.static.n_slots
+        every_slot, everywhere = jnp.arange(n, dtype=jnp.int32), jnp.ones(n, bool)
+        keys, _ = pfc_system._event_keys(p, s, end, traffic, near, layout, every_slot, everywhere)
+        return jnp.sum(keys != layout.none)
 
     overflowing = 0
     for _ in range(120):

@@ -76,54 +76,60 @@ def _near_threshold(params: Params, state: State, traffic):
     return could & params.links.link_into_switch
 
 
-class _EventKeys(NamedTuple):
-    """The window's PFC events of links near a threshold as int64 keys: link, time since
-    the window start, departure after arrival on ties (as htsim's and ns-3's switches count
-    an arrival, and decide, before a departure at the same instant is processed), and, in
+class _KeyLayout(NamedTuple):
+    """How a window's PFC event is packed into one int64 key: link, time since the window
+    start, departure after arrival on ties (as htsim's and ns-3's switches count an
+    arrival, and decide, before a departure at the same instant is processed), and, in
     the low bits when they fit in 63, the event index (e < S: slot e left; e >= S: slot
-    e - S came): a single-key sort costs ~5x less than a sort with an operand on a CPU.
-    Non-events: ``none``."""
+    e - S came): a single-key sort costs ~5x less than a sort with an operand on a CPU."""
 
-    key: jnp.ndarray  # (2 S,) int64
-    is_event: jnp.ndarray  # (2 S,) bool
     time_bits: int
     index_bits: int  # 0: the index is not packed (sorted as an operand)
     none: int  # the key of no event, above every event's
 
 
-def _event_keys(params: Params, state: State, window_end_ps, traffic, near) -> _EventKeys:
-    left_now, came_now, left_ps, _, _ = traffic
-    pkts, n_ports, n_slots = state.packets, params.static.n_ports, params.static.n_slots
-    window_start_ps = window_end_ps - params.window_ps
-    ingress = jnp.maximum(pkts.pkt_ingress, 0)
-    link = jnp.concatenate([ingress, ingress]).astype(jnp.int64)
-    is_event = jnp.concatenate([left_now, came_now]) & near[link]
-    time = jnp.concatenate([left_ps, pkts.pkt_ingress_ps]) - window_start_ps  # in [0, window)
-    is_departure = jnp.concatenate([jnp.ones_like(left_now), jnp.zeros_like(came_now)]).astype(jnp.int64)
+def _key_layout(params: Params) -> _KeyLayout:
+    n_ports, n_slots = params.static.n_ports, params.static.n_slots
     time_bits = max(1, params.static.window_bits)
     index_bits = max(1, (2 * n_slots - 1).bit_length())
     if n_ports.bit_length() + time_bits + 1 + index_bits > KEY_BITS:
         index_bits = 0
-    key = (((link << time_bits) | jnp.clip(time, 0, (1 << time_bits) - 1)) << 1 | is_departure) << index_bits
-    key = key | jnp.arange(2 * n_slots, dtype=jnp.int64) if index_bits else key
-    none = n_ports << (time_bits + 1 + index_bits)
-    return _EventKeys(jnp.where(is_event, key, none), is_event, time_bits, index_bits, none)
+    return _KeyLayout(time_bits, index_bits, n_ports << (time_bits + 1 + index_bits))
 
 
-def _sorted_events(params: Params, window_end_ps, traffic, keys: _EventKeys, event_keys, event_index):
+def _event_keys(params: Params, state: State, window_end_ps, traffic, near, layout: _KeyLayout, at, valid):
+    """The keys of the window's events of the slots ``at`` (n,) int32 where ``valid`` (n,)
+    bool, at links near a threshold (``near`` (P,)): (2 n,) int64, each slot's departure
+    then each slot's arrival (``layout.none`` where it has none), and (2 n,) int32 their
+    event indices (``at``, then ``at`` + S)."""
+    left_now, came_now, left_ps, _, _ = traffic
+    pkts, n_slots = state.packets, params.static.n_slots
+    window_start_ps = window_end_ps - params.window_ps
+    ingress = jnp.maximum(pkts.pkt_ingress[at], 0)
+    link = jnp.concatenate([ingress, ingress]).astype(jnp.int64)
+    is_event = jnp.concatenate([left_now[at] & valid, came_now[at] & valid]) & near[link]
+    time = jnp.concatenate([left_ps[at], pkts.pkt_ingress_ps[at]]) - window_start_ps  # in [0, window)
+    is_departure = jnp.concatenate([jnp.ones_like(valid), jnp.zeros_like(valid)]).astype(jnp.int64)
+    index = jnp.concatenate([at, at + n_slots])
+    key = (((link << layout.time_bits) | jnp.clip(time, 0, (1 << layout.time_bits) - 1)) << 1 | is_departure) << layout.index_bits
+    key = key | index.astype(jnp.int64) if layout.index_bits else key
+    return jnp.where(is_event, key, layout.none), index
+
+
+def _sorted_events(params: Params, window_end_ps, traffic, layout: _KeyLayout, event_keys, event_index):
     """Sort event keys (n,) (their indices ``event_index`` (n,) int32 when not packed) and
     unpack: (n,) int32 link (n_ports for none), (n,) int64 time, (n,) int64 byte change."""
     size = traffic[3]
     n_slots = params.static.n_slots
     window_start_ps = window_end_ps - params.window_ps
-    if keys.index_bits:
+    if layout.index_bits:
         rest = jax.lax.sort(event_keys)
-        index = (rest & ((1 << keys.index_bits) - 1)).astype(jnp.int32)
-        rest = rest >> keys.index_bits
+        index = (rest & ((1 << layout.index_bits) - 1)).astype(jnp.int32)
+        rest = rest >> layout.index_bits
     else:
         rest, index = jax.lax.sort((event_keys, event_index), num_keys=1)
-    link = (rest >> (keys.time_bits + 1)).astype(jnp.int32)
-    time_ps = window_start_ps + ((rest >> 1) & ((1 << keys.time_bits) - 1))
+    link = (rest >> (layout.time_bits + 1)).astype(jnp.int32)
+    time_ps = window_start_ps + ((rest >> 1) & ((1 << layout.time_bits) - 1))
     slot = jnp.minimum(jnp.where(index >= n_slots, index - n_slots, index), n_slots - 1)
     delta = jnp.where(index >= n_slots, size[slot], -size[slot])
     return link, time_ps, jnp.where(link < params.static.n_ports, delta, 0)
@@ -182,26 +188,25 @@ def pfc(params: Params, state: State, window_end_ps) -> State:
 
     def sorted_in(n_places: int, go):
         """The decisions from the window's events sorted in ``n_places`` places (a small
-        pool: every key, unpacked), and the places its events need (two for each slot with
-        one: its departure and arrival keys are packed together). Computed from the state here,
+        pool: every key), and the places its events need (two for each slot with one: its
+        departure and arrival keys are packed together). Computed from the state here,
         not passed in: a larger sort runs rarely, and what it would read otherwise would be
         kept in memory every window."""
         traffic = _window_traffic(params, state, window_end_ps)
-        keys = _event_keys(params, state, window_end_ps, traffic, _near_threshold(params, state, traffic))
+        near = _near_threshold(params, state, traffic)
+        layout = _key_layout(params)
         n_slots = params.static.n_slots
-        # Slot e's departure is key e, its arrival key S + e: a slot with either takes two places.
-        with_event = keys.is_event[:n_slots] | keys.is_event[n_slots:]  # (S,)
+        left_now, came_now = traffic[0], traffic[1]
+        with_event = (left_now | came_now) & near[jnp.maximum(state.packets.pkt_ingress, 0)]  # (S,)
         places_needed = 2 * jnp.sum(with_event, dtype=jnp.int32)
         if n_keys <= PFC_COMPACT_ABOVE:
-            every_index = jnp.arange(n_keys, dtype=jnp.int32)
-            events = _sorted_events(params, window_end_ps, traffic, keys, jnp.where(go, keys.key, keys.none), every_index)
+            at, valid = jnp.arange(n_slots, dtype=jnp.int32), jnp.broadcast_to(go, (n_slots,))
         else:
-            # The slots with an event, compacted (a pass over S, not over the 2 S keys), then both keys of each.
+            # The slots with an event, compacted (a pass over S), then the keys of both events of each.
             (slot,), _ = compact(with_event & go, max(1, n_places // 2), (jnp.arange(n_slots, dtype=jnp.int32), n_slots))
-            at = jnp.minimum(slot, n_slots - 1)
-            packed_index = jnp.concatenate([at, at + n_slots])
-            packed = jnp.where(jnp.concatenate([slot, slot]) < n_slots, keys.key[packed_index], keys.none)
-            events = _sorted_events(params, window_end_ps, traffic, keys, packed, packed_index)
+            at, valid = jnp.minimum(slot, n_slots - 1), slot < n_slots
+        keys, index = _event_keys(params, state, window_end_ps, traffic, near, layout, at, valid)
+        events = _sorted_events(params, window_end_ps, traffic, layout, keys, index)
         return _decisions(params, state, window_end_ps, traffic, events), places_needed
 
     if n_keys <= PFC_COMPACT_ABOVE:  # a small pool sorts all its events (fewer programs to compile)
