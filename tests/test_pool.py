@@ -8,6 +8,7 @@ import dataclasses
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -200,6 +201,13 @@ def test_a_per_host_prefix_lists_each_hosts_free_columns_as_the_whole_pool():
     for prefixes in ((small_params,), (small_params, smaller_params)):
         packets = small if len(prefixes) == 1 else smaller
         free = jax.device_get(nic.free_slots(prefixes[-1], packets.packets))
+        # A window that creates few packets a host searches its first free places instead.
+        searched = jax.device_get(nic.free_slots(prefixes[-1], packets.packets, jnp.int32(nic.FREE_SEARCHED)))
+        np.testing.assert_array_equal(searched.count, free.count)
+        first = np.minimum(free.count, nic.FREE_SEARCHED)
+        assert first.max() == nic.FREE_SEARCHED  # some host has more free places than searched
+        for host in range(SMALL.n_hosts):
+            np.testing.assert_array_equal(searched.slot[host, : first[host]], free.slot[host, : first[host]])
         slot = free.slot
         for prefix in reversed(prefixes):  # places -> the whole pool's slots
             slot = np.asarray(prefix.pool_layout.parent_place)[slot]

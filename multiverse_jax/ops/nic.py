@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import LB_FLOWLET, LB_SPRAY, Params, State
 from multiverse_jax.ops import cc, polls
+from multiverse_jax.ops.lockstep import switch_largest
 from multiverse_jax.ops.packets import by_host
 from multiverse_jax.ops.segments import count_by, fifo_head, prefix_sum
 from multiverse_jax.units import NEVER
@@ -69,12 +70,25 @@ class FreeSlots(NamedTuple):
     count: jnp.ndarray  # (H,) int32 free slots of each host
 
 
-def free_slots(params: Params, pkts) -> FreeSlots:
+FREE_SEARCHED = 8  # free places found by search for each host, where no host can create more in a window
+
+
+def free_slots(params: Params, pkts, most_created=None) -> FreeSlots:
     """Each host's free slots, listed once per window (one pass over the pool): its first
-    S (``Static.slots_per_host``) of them, which is every one but on a per-host prefix."""
+    S (``Static.slots_per_host``) of them, which is every one but on a per-host prefix.
+
+    On a per-host prefix, given ``most_created`` (() int32, at least the most packets a
+    host can create in the window: ``pool.creatable_packets``), each host's first
+    ``FREE_SEARCHED`` free places are found by binary searches in the pass's prefix sum
+    (as a window takes no more, the rest of the list is not read): no scatter of every
+    place into the list, which cost about as much as the rest of the window's start did.
+    Where a host could create more, every free place is listed."""
     n_hosts, slots_per_host = params.static.n_hosts, params.static.slots_per_host
     if params.pool_layout is not None:
-        return _free_places(params, pkts)
+        if most_created is None or FREE_SEARCHED >= slots_per_host:
+            return _free_places(params, pkts)
+        listing = lambda params, pkts, most_created: (most_created > FREE_SEARCHED).astype(jnp.int32)  # noqa: E731
+        return switch_largest(listing, [_free_places_searched, lambda p, k, _: _free_places(p, k)], params, pkts, most_created)
     free = by_host(params.static, ~pkts.pkt_valid)  # (H, S)
     rank = prefix_sum(free, axis=1, dtype=jnp.int32) - 1
     slot = by_host(params.static, jnp.arange(params.static.n_slots, dtype=jnp.int32))
@@ -83,12 +97,40 @@ def free_slots(params: Params, pkts) -> FreeSlots:
     return FreeSlots(listed, jnp.sum(free, axis=1, dtype=jnp.int32))
 
 
+def _free_in_host_order(params: Params, pkts):
+    """(N,) bool each place of a per-host prefix, in host order, is free (padding is not)."""
+    layout = params.pool_layout
+    return ~pkts.pkt_valid[layout.host_order] & (layout.order_host < params.static.n_hosts)
+
+
+def _free_places_searched(params: Params, pkts, _most_created) -> FreeSlots:
+    """``free_slots``' first ``FREE_SEARCHED`` free places of each host (0 past them): a
+    host's places are one run of the host order, ``[host_start, host_start + host_columns)``,
+    so its n-th free place is the first whose count of free places up to it, inclusive,
+    reaches the count before its run plus n + 1."""
+    layout, n_hosts, width = params.pool_layout, params.static.n_hosts, params.static.slots_per_host
+    free = _free_in_host_order(params, pkts)
+    n_places = free.shape[0]
+    through = prefix_sum(free, dtype=jnp.int32)  # (N,) free places up to each, inclusive
+
+    def free_before(place):  # free places before ``place`` (H,)
+        return jnp.where(place > 0, through[jnp.clip(place - 1, 0, n_places - 1)], 0)
+
+    before = free_before(layout.host_start)
+    count = free_before(layout.host_start + layout.host_columns) - before  # (H,)
+    nth = jnp.arange(FREE_SEARCHED, dtype=jnp.int32)
+    place = jnp.searchsorted(through, before[:, None] + nth + 1, side="left", method="scan_unrolled")  # (H, K)
+    found = jnp.where(nth < count[:, None], layout.host_order[jnp.minimum(place, n_places - 1)], 0)
+    listed = jnp.concatenate([found, jnp.zeros((n_hosts, width - FREE_SEARCHED), jnp.int32)], axis=1)
+    return FreeSlots(listed, count)
+
+
 def _free_places(params: Params, pkts) -> FreeSlots:
     """``free_slots`` on a per-host prefix (``Params.pool_layout``): each host's places
     are one run of its host order, its columns in order, so a host's n-th free place is
     its n-th free column. A window creates at most S packets a host (``pool.per_host_fits``)."""
     layout, n_hosts, width = params.pool_layout, params.static.n_hosts, params.static.slots_per_host
-    free = ~pkts.pkt_valid[layout.host_order] & (layout.order_host < n_hosts)  # (N,) in host order
+    free = _free_in_host_order(params, pkts)  # (N,)
     before = prefix_sum(free, dtype=jnp.int32) - free  # free places before each, all hosts
     host = jnp.minimum(layout.order_host, n_hosts - 1)
     rank = before - before[jnp.minimum(layout.host_start, free.shape[0] - 1)][host]  # among its host's

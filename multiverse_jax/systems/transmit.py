@@ -41,7 +41,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import CC_HPCC, ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
 from multiverse_jax.components.packets import PacketState
-from multiverse_jax.ops import marking, nic, pfc, queues, runs
+from multiverse_jax.ops import marking, nic, pfc, pool, queues, runs
 from multiverse_jax.ops.runs import Departures
 from multiverse_jax.ops.lockstep import while_any
 from multiverse_jax.ops.packets import at_host, in_flight, serialization_ps
@@ -356,7 +356,7 @@ def window_start(params: Params, state: State, window_end_ps):
     """What the window's rounds start from: the ``Serving`` carry, and what every round
     reads (``serve_round``'s ``order``, ``free`` and ``upcoming``)."""
     order = queues.service_order(params, state.packets, window_end_ps, state.order)
-    free = nic.free_slots(params, state.packets)
+    free = nic.free_slots(params, state.packets, pool.creatable_packets(params, state))
     upcoming = upcoming_egress(params, state.packets)
     start = queues.queue_start(order)
     serving = Serving(state, start, start, jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
