@@ -7,6 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.ops.lockstep import when_any
 from multiverse_jax.ops.packets import link_serialization_ps
 from multiverse_jax.units import NEVER
 
@@ -18,6 +19,22 @@ def release_ps(params: Params, state: State, earliest_ps):
     decision in effect then (``Static.pfc_history`` covers the longest link delay).
     """
     return held_until_ps(params, state.links, earliest_ps, slice(None))[0]
+
+
+def release_seen(params: Params, links, seen, earliest_ps):
+    """``release_ps`` of ``earliest_ps`` (P,), at or after the window start, from what the
+    ports' pauses were seen to be from there (``seen``: ``held_until_ps`` of every port from
+    the window start, (P,) twice, taken once per window: the history does not change while
+    ports transmit). Exact by ``release_bound`` before a port's next pause takes effect;
+    the history is searched only when some port's earliest is at or after it (a round
+    where a pause decided in an earlier window begins). ``links``: ``State.links``."""
+    bound, exact = release_bound(seen[0], seen[1], earliest_ps)
+
+    def searched(consts, bound):
+        params, links, earliest_ps, exact = consts
+        return jnp.where(exact, bound, held_until_ps(params, links, earliest_ps, slice(None))[0])
+
+    return when_any(~jnp.all(exact), searched, bound, (params, links, earliest_ps, exact))
 
 
 def held_until_ps(params: Params, links, from_ps, ports):

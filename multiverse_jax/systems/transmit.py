@@ -55,7 +55,7 @@ def _nic_host(params: Params):
     return jnp.maximum(params.ports.port_host, 0), params.ports.port_host >= 0
 
 
-def class_heads(params: Params, state: State, offer: nic.NicOffer, order: queues.ServiceOrder, head, window_start_ps):
+def class_heads(params: Params, state: State, offer: nic.NicOffer, order: queues.ServiceOrder, head, window_start_ps, seen):
     """The candidate packet of every class queue of every port: (P, 1 + C) int64 when it
     is (or becomes) available, (P, 1 + C) int32 its slot and (P, 1 + C) bool whether it
     is a NIC's offer (a data packet not created yet); class 0 is control, 1 + k data
@@ -63,14 +63,14 @@ def class_heads(params: Params, state: State, offer: nic.NicOffer, order: queues
     packet under the queue's pointer ``head`` (Q,) in the window's ``order``); at a
     NIC, in a data class k, the packet its NIC offers (``offer``, (H, C)) unless a queued
     ACK of that class (only with ``packet.ack_class=data``) can start no later than the
-    offer could: the NIC serves its ACKs ahead of its data (htsim's host queue gives ACKs
+    offer could (PFC as ``seen`` from the window start, ``pfc.release_seen``): the NIC serves its ACKs ahead of its data (htsim's host queue gives ACKs
     high priority), non-preemptively, and PFC pauses both.
     """
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     head_ps, head_slot = queues.heads(order, head, params.static.n_slots)
     head_ps, head_slot = head_ps.reshape(n_ports, n_classes), head_slot.reshape(n_ports, n_classes)
     host, is_nic = _nic_host(params)
-    is_offer = is_nic[:, None] & ~_nic_ack_first(params, state, head_ps[:, 1:], offer.ready_ps[host], window_start_ps)
+    is_offer = is_nic[:, None] & ~_nic_ack_first(params, state, head_ps[:, 1:], offer.ready_ps[host], window_start_ps, seen)
     data_ps = jnp.where(is_offer, offer.ready_ps[host], head_ps[:, 1:])
     data_slot = jnp.where(is_offer, offer.slot[host][:, None], head_slot[:, 1:])
     return (
@@ -80,7 +80,7 @@ def class_heads(params: Params, state: State, offer: nic.NicOffer, order: queues
     )
 
 
-def _nic_ack_first(params: Params, state: State, ack_ps, offer_ps, window_start_ps):
+def _nic_ack_first(params: Params, state: State, ack_ps, offer_ps, window_start_ps, seen):
     """(P, C) bool: at a NIC port, the queued ACK of a data class (available at ``ack_ps``,
     NEVER if none) starts before the NIC's offer (``offer_ps``): it can start no later
     than the offer could (port free, PFC release), ties to the ACK. Only
@@ -89,7 +89,7 @@ def _nic_ack_first(params: Params, state: State, ack_ps, offer_ps, window_start_
 
     def start(ready_ps):
         earliest = jnp.maximum(free_ps, ready_ps)
-        return jnp.stack([pfc.release_ps(params, state, earliest[:, c]) for c in range(ready_ps.shape[1])], axis=1)
+        return jnp.stack([pfc.release_seen(params, state.links, seen, earliest[:, c]) for c in range(ready_ps.shape[1])], axis=1)
 
     return jax.lax.cond(
         params.ack_in_data_class,
@@ -98,19 +98,20 @@ def _nic_ack_first(params: Params, state: State, ack_ps, offer_ps, window_start_
     )
 
 
-def start_times(params: Params, state: State, ready_ps, window_start_ps):
+def start_times(params: Params, state: State, ready_ps, window_start_ps, seen):
     """Each port's start time (P,) int64 and chosen class (P,) int32 in 0..C, from the
     availability of its class candidates ``ready_ps`` (P, 1 + C).
 
     A class can start at max(port free, candidate available), and a data class not before
     its PFC release. A data packet that could have started before the window would have
     started in the previous one, unless PFC held it: its start is at least the window
-    start, which is also as far back as the PFC history must reach.
+    start, which is also as far back as the PFC history must reach (``seen``: the ports'
+    pauses as seen from it, ``pfc.release_seen``).
     """
     free_ps = state.ports.port_free_ps
     ctrl_start = jnp.maximum(free_ps, ready_ps[:, 0])
     data_start = [
-        pfc.release_ps(params, state, jnp.maximum(jnp.maximum(free_ps, ready_ps[:, 1 + c]), window_start_ps))
+        pfc.release_seen(params, state.links, seen, jnp.maximum(jnp.maximum(free_ps, ready_ps[:, 1 + c]), window_start_ps))
         for c in range(params.static.n_data_classes)
     ]
     # Non-preemptive strict priority: the class that can start first; among classes that
@@ -314,6 +315,7 @@ class Serving(NamedTuple):
     arrived: jnp.ndarray  # (Q,) int32 one past each queue's last packet arrived by its port's last round's start
     used: jnp.ndarray  # (H,) int32 free slots each host has taken this window (``nic.FreeSlots``)
     sent: jnp.ndarray  # () bool some port started a packet in the last round
+    pfc_seen: tuple  # (P,) int64 twice: every port's PFC pauses seen from the window start (``pfc.held_until_ps``)
 
 
 def serve_round(params: Params, serving: Serving, window_end_ps, order, free, upcoming) -> Serving:
@@ -324,8 +326,8 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     window_start_ps = window_end_ps - params.window_ps
     offer = nic.offer(params, state, window_start_ps, free, used)  # (H, C)
-    ready_ps, class_slot, class_is_offer = class_heads(params, state, offer, order, head, window_start_ps)  # (P, 1 + C)
-    start, chosen = start_times(params, state, ready_ps, window_start_ps)  # (P,)
+    ready_ps, class_slot, class_is_offer = class_heads(params, state, offer, order, head, window_start_ps, serving.pfc_seen)  # (P, 1 + C)
+    start, chosen = start_times(params, state, ready_ps, window_start_ps, serving.pfc_seen)  # (P,)
     chosen_queue = n_classes * jnp.arange(n_ports) + chosen
     head_packet = queues.at_head(order, head, chosen_queue)  # (P,) each: what a port serving its queue sends
     heads = (class_slot, class_is_offer, ready_ps)
@@ -349,7 +351,7 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
         state = account_runs(params, state, ran).replace(packets=packets)
         next_head, arrived = next_head + ran.served, ran.ends
     state = nic_emit(params, state, offer, dep)
-    return Serving(state, next_head, arrived, used + host_creates(params, dep), jnp.any(dep.sends))
+    return Serving(state, next_head, arrived, used + host_creates(params, dep), jnp.any(dep.sends), serving.pfc_seen)
 
 
 def window_start(params: Params, state: State, window_end_ps):
@@ -359,7 +361,9 @@ def window_start(params: Params, state: State, window_end_ps):
     free = nic.free_slots(params, state.packets, pool.creatable_packets(params, state))
     upcoming = upcoming_egress(params, state.packets)
     start = queues.queue_start(order)
-    serving = Serving(state, start, start, jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True))
+    window_start_ps = jnp.full(params.static.n_ports, window_end_ps - params.window_ps)
+    seen = pfc.held_until_ps(params, state.links, window_start_ps, slice(None))  # the history holds all window
+    serving = Serving(state, start, start, jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True), seen)
     return serving, order, free, upcoming
 
 
