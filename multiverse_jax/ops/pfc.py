@@ -21,14 +21,33 @@ def release_ps(params: Params, state: State, earliest_ps):
     return held_until_ps(params, state.links, earliest_ps, slice(None))[0]
 
 
+SEEN_PAUSES = 2  # pauses a window's start looks ahead to, per port (``seen_from``)
+
+
+def seen_from(params: Params, links, window_start_ps):
+    """Every port's PFC pauses as seen from the window start, for ``release_seen``: the
+    history does not change while ports transmit, so it is read once a window. A tuple of
+    ``SEEN_PAUSES`` pairs ((P,) int64 held until, (P,) int64 next pause: ``held_until_ps``),
+    the first seen from the window start, each next one from the pause before it. A port
+    whose next pause starts inside the window (PFC holding it back) then still has exact
+    releases until the pause after. ``links``: ``State.links``."""
+    from_ps = jnp.full(params.static.n_ports, window_start_ps)
+    seen = []
+    for _ in range(SEEN_PAUSES):
+        seen.append(held_until_ps(params, links, from_ps, slice(None)))
+        from_ps = jnp.maximum(seen[-1][1], from_ps)  # NEVER: no pause to look from (its pair is never used)
+    return tuple(seen)
+
+
 def release_seen(params: Params, links, seen, earliest_ps):
     """``release_ps`` of ``earliest_ps`` (P,), at or after the window start, from what the
-    ports' pauses were seen to be from there (``seen``: ``held_until_ps`` of every port from
-    the window start, (P,) twice, taken once per window: the history does not change while
-    ports transmit). Exact by ``release_bound`` before a port's next pause takes effect;
-    the history is searched only when some port's earliest is at or after it (a round
-    where a pause decided in an earlier window begins). ``links``: ``State.links``."""
-    bound, exact = release_bound(seen[0], seen[1], earliest_ps)
+    ports' pauses were ``seen`` to be from there (``seen_from``). Exact by ``release_bound``
+    before a port's pauses seen run out; the history is searched only when some port's
+    earliest is at or after the last of them (a round past a second pause beginning)."""
+    bound, exact = release_bound(*seen[-1], earliest_ps)
+    for held, next_pause in reversed(seen[:-1]):  # the first pair whose next pause is after the instant
+        bound_here, exact_here = release_bound(held, next_pause, earliest_ps)
+        bound, exact = jnp.where(exact_here, bound_here, bound), exact_here | exact
 
     def searched(consts, bound):
         params, links, earliest_ps, exact = consts

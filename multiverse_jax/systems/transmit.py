@@ -315,7 +315,7 @@ class Serving(NamedTuple):
     arrived: jnp.ndarray  # (Q,) int32 one past each queue's last packet arrived by its port's last round's start
     used: jnp.ndarray  # (H,) int32 free slots each host has taken this window (``nic.FreeSlots``)
     sent: jnp.ndarray  # () bool some port started a packet in the last round
-    pfc_seen: tuple  # (P,) int64 twice: every port's PFC pauses seen from the window start (``pfc.held_until_ps``)
+    pfc_seen: tuple  # every port's PFC pauses seen from the window start (``pfc.seen_from``)
 
 
 def serve_round(params: Params, serving: Serving, window_end_ps, order, free, upcoming) -> Serving:
@@ -361,8 +361,7 @@ def window_start(params: Params, state: State, window_end_ps):
     free = nic.free_slots(params, state.packets, pool.creatable_packets(params, state))
     upcoming = upcoming_egress(params, state.packets)
     start = queues.queue_start(order)
-    window_start_ps = jnp.full(params.static.n_ports, window_end_ps - params.window_ps)
-    seen = pfc.held_until_ps(params, state.links, window_start_ps, slice(None))  # the history holds all window
+    seen = pfc.seen_from(params, state.links, window_end_ps - params.window_ps)  # the history holds all window
     serving = Serving(state, start, start, jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True), seen)
     return serving, order, free, upcoming
 
