@@ -316,6 +316,7 @@ class Serving(NamedTuple):
     used: jnp.ndarray  # (H,) int32 free slots each host has taken this window (``nic.FreeSlots``)
     sent: jnp.ndarray  # () bool some port started a packet in the last round
     pfc_seen: tuple  # every port's PFC pauses seen from the window start (``pfc.seen_from``)
+    arrived_ps: jnp.ndarray  # (P,) int64 the instant ``arrived`` counts each port's queues to: its last departure's start
 
 
 def serve_round(params: Params, serving: Serving, window_end_ps, order, free, upcoming) -> Serving:
@@ -334,8 +335,11 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     dep = depart(params, state, offer, start, chosen, heads, window_end_ps, head_packet)
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included (see watch_queues).
-    # The last round's ends start the search: a port's next departure starts no earlier.
-    queue_bytes, arrived = queues.arrived_bytes(order, head, n_ports, dep.start, serving.arrived)  # (P,), (Q,)
+    # The last round's ends start the search: a port's next departure starts no earlier. A
+    # port that starts nothing reads no queue: its search stays where it was (else it would
+    # run to the end of a queue PFC holds, each round).
+    arrived_ps = jnp.where(dep.sends, dep.start, serving.arrived_ps)
+    queue_bytes, arrived = queues.arrived_bytes(order, head, n_ports, arrived_ps, serving.arrived)  # (P,), (Q,)
     int_queue = queue_at_end(params, state.packets, dep, queue_bytes, order, head, arrived, upcoming)
     state = account(params, state, dep, queue_bytes)
     everyone = jnp.arange(n_ports, dtype=jnp.int32)
@@ -351,7 +355,7 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
         state = account_runs(params, state, ran).replace(packets=packets)
         next_head, arrived = next_head + ran.served, ran.ends
     state = nic_emit(params, state, offer, dep)
-    return Serving(state, next_head, arrived, used + host_creates(params, dep), jnp.any(dep.sends), serving.pfc_seen)
+    return Serving(state, next_head, arrived, used + host_creates(params, dep), jnp.any(dep.sends), serving.pfc_seen, arrived_ps)
 
 
 def window_start(params: Params, state: State, window_end_ps):
@@ -362,7 +366,8 @@ def window_start(params: Params, state: State, window_end_ps):
     upcoming = upcoming_egress(params, state.packets)
     start = queues.queue_start(order)
     seen = pfc.seen_from(params, state.links, window_end_ps - params.window_ps)  # the history holds all window
-    serving = Serving(state, start, start, jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True), seen)
+    before_any = jnp.full(params.static.n_ports, -1, jnp.int64)  # nothing counted yet: the queues' starts
+    serving = Serving(state, start, start, jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True), seen, before_any)
     return serving, order, free, upcoming
 
 
