@@ -198,6 +198,15 @@ def behind(params: Params, order, head, first_end_ps, chosen, who, held, offer_p
     return Behind(chosen_ok, queue_class, order.slot[at], order.time_ps[at], packet, ser_ps, start, free_before)
 
 
+def _arrived_probes(order, low, end, at_ps, n_probes: int):
+    """(R, n) how many of the ``n_probes`` positions of n queues from ``low`` (n,) on,
+    before each queue's ``end`` (n,), have arrived by ``at_ps`` (R, n): a queue is sorted
+    by arrival, so they are the first that many."""
+    probe = low[:, None] + jnp.arange(n_probes, dtype=low.dtype)
+    probe_ps = jnp.where(probe < end[:, None], order.time_ps[jnp.minimum(probe, order.slot.shape[0] - 1)], NEVER)
+    return jnp.sum(probe_ps <= at_ps[..., None], axis=-1, dtype=low.dtype)
+
+
 def queues_behind(order, head, end0, nxt: Behind, first_wire_bytes, who, n_classes: int, n_probes: int = queues.PROBES):
     """(R, K) int64 the queue of each port ``who`` (K,) just before each packet of ``nxt``,
     it included; (R, K (1 + C)) where its queues' arrived packets end then; and (R, K) bool
@@ -206,11 +215,8 @@ def queues_behind(order, head, end0, nxt: Behind, first_wire_bytes, who, n_class
     ``queues.PROBES`` positions of each queue; where all of them have arrived, the run
     stops (the next round searches further)."""
     queue = (n_classes * who[:, None] + jnp.arange(n_classes)).reshape(-1)  # (K (1 + C),)
-    probe = end0[queue][:, None] + jnp.arange(n_probes, dtype=end0.dtype)
-    inside = probe < order.queue_end[queue][:, None]
-    probe_ps = jnp.where(inside, order.time_ps[jnp.minimum(probe, order.slot.shape[0] - 1)], NEVER)
     start = jnp.repeat(nxt.start, n_classes, axis=-1)  # (R, K (1 + C))
-    count = jnp.sum(probe_ps <= start[..., None], axis=-1, dtype=end0.dtype)
+    count = _arrived_probes(order, end0[queue], order.queue_end[queue], start, n_probes)
     per_port = count.shape[:-1] + (who.shape[0], n_classes)
     known = ~jnp.any((count == n_probes).reshape(per_port), axis=-1)
     ends = end0[queue] + count
@@ -472,14 +478,18 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
     queue_class = jnp.broadcast_to(chosen, start.shape).astype(jnp.int32)
     nxt = Behind(chosen_ok, queue_class, order.slot[at], available_ps, packet, ser_ps, start, free_before_ps)
     first_queued_bytes = jnp.where(creates, 0, first.wire_bytes)  # a NIC's new packet was not queued
-    if not search:  # a few rows: what arrived by each start, among the next PROBES positions of each queue
+    if not search:  # a few rows: what arrived by each start, among the next PROBES positions of its queue
         n_probes = max(queues.PROBES, n_rows + 1)  # every row's own position and one past the last
-        queue_bytes, ends, known = queues_behind(order, head, end0, nxt, first_queued_bytes, who, n_classes, n_probes)
-        return nxt, queue_bytes, ends, known
-    # Arrived by each start: its own packet and those before it, those arrived by the first's start, and a search past them.
-    low = jnp.maximum(end0[queue], position + 1)
-    ends = _arrived_within(order.time_ps, low, jnp.minimum(order.queue_end[queue], low + SEARCHED), start)
-    known = (ends < low + SEARCHED) | (ends >= order.queue_end[queue])
+        count = _arrived_probes(order, end0[queue], order.queue_end[queue], start, n_probes)
+        ends, known = end0[queue] + count, count < n_probes  # (R, K)
+    else:
+        # Arrived by each start: its own packet and those before it, those arrived by the first's start, and a search past them.
+        low = jnp.maximum(end0[queue], position + 1)
+        ends = _arrived_within(order.time_ps, low, jnp.minimum(order.queue_end[queue], low + SEARCHED), start)
+        known = (ends < low + SEARCHED) | (ends >= order.queue_end[queue])
+    # The port's other class queues: nothing arrives there before a certain row's start
+    # (their next arrival is a rival, ``chosen_ok``), so their packets arrived by then are
+    # those by the first's.
     ends_k = jnp.where(jnp.arange(n_classes) == chosen[:, None], ends[..., None], end0[queue_k])  # (R, K, 1 + C)
     arrived = jnp.sum(order.bytes_before[ends_k] - order.bytes_before[head_k], axis=-1)
     wire = packet.wire_bytes.astype(jnp.int64)
