@@ -54,6 +54,10 @@ class ServiceOrder(NamedTuple):
     bytes_before: jnp.ndarray  # (S + 1,) int64 wire bytes of the packets at the positions before each one
     queue_end: jnp.ndarray  # (Q,) int32 one past each queue's last position (its first: the previous queue's end)
     packet: QueuedPacket  # (S,) each the packet at each position
+    # (Q,) int32 one past each queue's packets known to have arrived before the window: those
+    # kept from the last window (``_merged``), the queue's first position where not known. Every
+    # instant a round searches is at or after the window start, so it is where the searches start.
+    arrived_before: jnp.ndarray | None = None
 
 
 def rank_limit(static) -> int:
@@ -245,7 +249,8 @@ def _merged(
     slot = jnp.full(n_slots, n_slots, jnp.int32)
     slot = slot.at[jnp.where(view.is_kept, to, n_slots)].set(kept.order_slot, mode="drop")
     slot = slot.at[jnp.where(arrival_queue < n_queues, arrival_to, n_slots)].set(arrivals.slot, mode="drop")
-    return _columns(params, pkts, slot, slot < n_slots, kept_end + arrivals.queue_end)
+    # Each queue's kept packets come first: they arrived before the window that kept them ended.
+    return _columns(params, pkts, slot, slot < n_slots, kept_end + arrivals.queue_end, kept_end + queue_start(arrivals))
 
 
 def keep(order: ServiceOrder, head, window_end_ps) -> OrderState:
@@ -262,7 +267,7 @@ def _no_queues(params: Params) -> ServiceOrder:
     return ServiceOrder(
         jnp.full(n_slots, n_slots, jnp.int32), jnp.full(n_slots, NEVER, jnp.int64), jnp.zeros(n_slots + 1, jnp.int64),
         jnp.zeros(n_queues, jnp.int32),
-        QueuedPacket(jnp.zeros(n_slots, bool), zeros, zeros, zeros, zeros, zeros),
+        QueuedPacket(jnp.zeros(n_slots, bool), zeros, zeros, zeros, zeros, zeros), jnp.zeros(n_queues, jnp.int32),
     )  # fmt: skip
 
 
@@ -320,10 +325,11 @@ def _order_of(params: Params, pkts: PacketState, window_end_ps, members) -> Serv
     return _columns(params, pkts, slot, sorted_queue < n_queues, queue_end)
 
 
-def _columns(params: Params, pkts: PacketState, slot, in_queue, queue_end) -> ServiceOrder:
+def _columns(params: Params, pkts: PacketState, slot, in_queue, queue_end, arrived_before=None) -> ServiceOrder:
     """The service order whose position i holds pool slot ``slot[i]``, a queued packet
     where ``in_queue[i]`` ((n,) each; the queues one after another, ending at
-    ``queue_end`` (Q,)): what a round reads of each packet, copied out of the pool."""
+    ``queue_end`` (Q,)): what a round reads of each packet, copied out of the pool
+    (``arrived_before``: see ``ServiceOrder``; None: each queue's start)."""
     n_slots = params.static.n_slots
     at = jnp.minimum(slot, n_slots - 1)
     wire_bytes = jnp.where(in_queue, pkts.pkt_bytes[at].astype(jnp.int64), 0)
@@ -332,7 +338,8 @@ def _columns(params: Params, pkts: PacketState, slot, in_queue, queue_end) -> Se
     fields = (pkts.pkt_is_ack, pkts.pkt_bytes, pkts.pkt_rank, pkts.pkt_flow, pkts.pkt_seq, pkts.pkt_hop)
     packet = QueuedPacket(*(jnp.where(in_queue, field[at], jnp.zeros((), field.dtype)) for field in fields))
     slot = jnp.where(in_queue, slot, n_slots)
-    return ServiceOrder(slot, jnp.where(in_queue, pkts.pkt_time_ps[at], NEVER), bytes_before, queue_end, packet)
+    order = ServiceOrder(slot, jnp.where(in_queue, pkts.pkt_time_ps[at], NEVER), bytes_before, queue_end, packet)
+    return order._replace(arrived_before=queue_start(order) if arrived_before is None else arrived_before)
 
 
 def _padded(order: ServiceOrder, n_positions: int) -> ServiceOrder:
@@ -344,7 +351,7 @@ def _padded(order: ServiceOrder, n_positions: int) -> ServiceOrder:
 
     return ServiceOrder(
         pad(order.slot, n_positions), pad(order.time_ps, NEVER), pad(order.bytes_before, order.bytes_before[-1]),
-        order.queue_end, QueuedPacket(*(pad(column, 0) for column in order.packet)),
+        order.queue_end, QueuedPacket(*(pad(column, 0) for column in order.packet)), order.arrived_before,
     )  # fmt: skip
 
 

@@ -366,8 +366,10 @@ def window_start(params: Params, state: State, window_end_ps):
     upcoming = upcoming_egress(params, state.packets)
     start = queues.queue_start(order)
     seen = pfc.seen_from(params, state.links, window_end_ps - params.window_ps)  # the history holds all window
-    before_any = jnp.full(params.static.n_ports, -1, jnp.int64)  # nothing counted yet: the queues' starts
-    serving = Serving(state, start, start, jnp.zeros(params.static.n_hosts, jnp.int32), jnp.bool_(True), seen, before_any)
+    # The searches start past the packets that arrived before the window (``ServiceOrder.arrived_before``).
+    before_window = jnp.full(params.static.n_ports, window_end_ps - params.window_ps - 1)
+    used = jnp.zeros(params.static.n_hosts, jnp.int32)
+    serving = Serving(state, start, order.arrived_before, used, jnp.bool_(True), seen, before_window)
     return serving, order, free, upcoming
 
 
