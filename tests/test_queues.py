@@ -65,15 +65,21 @@ def test_the_kept_order_with_the_new_arrivals_is_the_sorted_order(monkeypatch):
         merged = queues._merged(params, pkts, end, ready.order, view, new, queues.SMALLEST_SORT)
         sorted_whole = queues._order_of(params, pkts, end, jnp.arange(params.static.n_slots, dtype=jnp.int32))
         mergeable = holds & (jnp.sum(new) <= queues.SMALLEST_SORT) & jnp.any(queued(pkts))
-        return merged, sorted_whole, mergeable, engine.step(params, state)
+        return merged, sorted_whole, mergeable, state.time_ps, engine.step(params, state)
 
     merges = 0
     for _ in range(60):
-        merged, sorted_whole, mergeable, state = window(params, state)
+        merged, sorted_whole, mergeable, window_start_ps, state = window(params, state)
         if mergeable:
             merges += 1
-            for got, want in zip(jax.tree.leaves(merged), jax.tree.leaves(sorted_whole)):
+            for got, want in zip(jax.tree.leaves(merged._replace(arrived_before=None)), jax.tree.leaves(sorted_whole._replace(arrived_before=None))):
                 np.testing.assert_array_equal(got, want)
+            # The merge also knows where each queue's packets from before the window end:
+            # its kept ones, exactly those that arrived before the window start.
+            start = np.concatenate([[0], np.asarray(sorted_whole.queue_end)[:-1]])
+            earlier = np.asarray(sorted_whole.time_ps) < int(window_start_ps)
+            before = [start[q] + earlier[start[q] : end].sum() for q, end in enumerate(np.asarray(sorted_whole.queue_end))]
+            np.testing.assert_array_equal(merged.arrived_before, before)
     assert merges > 30, merges
 
 
