@@ -81,21 +81,23 @@ def main() -> None:
     for current, theirs in zip(jax.tree.leaves(ends["current"]), jax.tree.leaves(ends["other"])):
         np.testing.assert_array_equal(np.asarray(current), np.asarray(theirs))  # same results, bit for bit
     ms = {label: [] for label in programs}
+    cpu_ms = {label: [] for label in programs}  # the process's CPU time: steadier than wall time on a shared machine
     for _ in range(args.repeats):
         for label, program in programs.items():
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.process_time()
             jax.block_until_ready(program(batch.params, warm, args.windows))
             ms[label].append((time.perf_counter() - began) / args.windows * 1e3)
-    print(f"{'program':10s} {'min ms/window':>14s} {'median':>8s}")
+            cpu_ms[label].append((time.process_time() - began_cpu) / args.windows * 1e3)
+    print(f"{'program':10s} {'min ms/window':>14s} {'median':>8s} {'CPU min':>8s} {'median':>8s}")
     for label, times in ms.items():
-        print(f"{label:10s} {min(times):14.2f} {np.median(times):8.2f}")
+        print(f"{label:10s} {min(times):14.2f} {np.median(times):8.2f} {min(cpu_ms[label]):8.2f} {np.median(cpu_ms[label]):8.2f}")
     ratio_min = min(ms["other"]) / min(ms["current"])
     ratio_median = float(np.median(ms["other"]) / np.median(ms["current"]))
     print(f"other / current: {ratio_min:.3f} (min), {ratio_median:.3f} (median); above 1: the current code is faster")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
-        "args": vars(args), "jax": jax.__version__, "backend": jax.default_backend(), "ms_per_window": ms,
+        "args": vars(args), "jax": jax.__version__, "backend": jax.default_backend(), "ms_per_window": ms, "cpu_ms_per_window": cpu_ms,
         "other_over_current_min": ratio_min, "other_over_current_median": ratio_median,
     }, indent=2))  # fmt: skip
     print(f"wrote {out}")
