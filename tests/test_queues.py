@@ -72,7 +72,8 @@ def test_the_kept_order_with_the_new_arrivals_is_the_sorted_order(monkeypatch):
         merged, sorted_whole, mergeable, window_start_ps, state = window(params, state)
         if mergeable:
             merges += 1
-            for got, want in zip(jax.tree.leaves(merged._replace(arrived_before=None)), jax.tree.leaves(sorted_whole._replace(arrived_before=None))):
+            orders = (merged._replace(arrived_before=None), sorted_whole._replace(arrived_before=None))  # compared below
+            for got, want in zip(*map(jax.tree.leaves, orders)):
                 np.testing.assert_array_equal(got, want)
             # The merge also knows where each queue's packets from before the window end:
             # its kept ones, exactly those that arrived before the window start.

@@ -63,8 +63,9 @@ def class_heads(params: Params, state: State, offer: nic.NicOffer, order: queues
     packet under the queue's pointer ``head`` (Q,) in the window's ``order``); at a
     NIC, in a data class k, the packet its NIC offers (``offer``, (H, C)) unless a queued
     ACK of that class (only with ``packet.ack_class=data``) can start no later than the
-    offer could (PFC as ``seen`` from the window start, ``pfc.release_seen``): the NIC serves its ACKs ahead of its data (htsim's host queue gives ACKs
-    high priority), non-preemptively, and PFC pauses both.
+    offer could (PFC as ``seen`` from the window start, ``pfc.release_seen``): the NIC
+    serves its ACKs ahead of its data (htsim's host queue gives ACKs high priority),
+    non-preemptively, and PFC pauses both.
     """
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
     head_ps, head_slot = queues.heads(order, head, params.static.n_slots)
@@ -312,10 +313,12 @@ class Serving(NamedTuple):
 
     state: State
     head: jnp.ndarray  # (Q,) int32 each class queue's next position in the window's service order
-    arrived: jnp.ndarray  # (Q,) int32 one past each queue's last packet arrived by its port's last round's start
+    arrived: jnp.ndarray  # (Q,) int32 one past each queue's last packet arrived by its port's ``arrived_ps`` (the
+    #   searches' hint; at the window start ``ServiceOrder.arrived_before``)
     used: jnp.ndarray  # (H,) int32 free slots each host has taken this window (``nic.FreeSlots``)
     sent: jnp.ndarray  # () bool some port started a packet in the last round
-    pfc_seen: tuple  # every port's PFC pauses seen from the window start (``pfc.seen_from``)
+    pfc_seen: tuple  # ((P,) int64 held until, (P,) int64 next pause) x pfc.SEEN_PAUSES: the ports' PFC
+    #   pauses seen from the window start (``pfc.seen_from``)
     arrived_ps: jnp.ndarray  # (P,) int64 the instant ``arrived`` counts each port's queues to: its last departure's start
 
 
