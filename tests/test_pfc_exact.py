@@ -11,6 +11,7 @@ from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import SimConfig, SwitchConfig
 from multiverse_jax.experiment import Experiment
+from multiverse_jax.ops import pfc as pfc_ops
 from multiverse_jax.ops.pfc import release_ps
 from multiverse_jax.workload.flows import make_flows
 
@@ -75,6 +76,12 @@ def test_pause_reaches_upstream_one_delay_after_the_crossing(delay_us, release):
     at_arrival = release_ps(params, state, earliest + 1)
     assert int(just_before[uplink]) == expected + delay_ps - 1
     assert int(at_arrival[uplink]) > expected + delay_ps
+    # A round's releases from what its window's start saw (transmit's path) are the same,
+    # before the pause, at it, and past its resume.
+    seen = pfc_ops.seen_from(params, state.links, expected)
+    for offset in (-1, 0, 1, 3 * delay_ps, 40 * delay_ps):
+        instant = earliest + offset
+        np.testing.assert_array_equal(pfc_ops.release_seen(params, state.links, seen, instant), release_ps(params, state, instant))
 
 
 def test_events_past_the_compact_buffer_take_the_full_sort(monkeypatch):
