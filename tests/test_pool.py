@@ -32,9 +32,10 @@ PREFIX = 32
 # more than PREFIX but fit in it, some need more than it (checked below).
 OUTER = 40
 # Per-host prefixes (``Static.prefix_per_host``) of PER_HOST H places, PER_HOST_INNER H inside
-# them: each host's own columns in use, so they hold more windows than the first columns
-# would; the mixed experiments' windows fit both, the outer only, and neither (checked below).
-PER_HOST, PER_HOST_INNER = 12, 8
+# them and PER_HOST_INNERMOST H inside those: each host's own columns in use, so they hold
+# more windows than the first columns would; the mixed experiments' windows fit all three,
+# the outer two, the outer only, and none (checked below).
+PER_HOST, PER_HOST_INNER, PER_HOST_INNERMOST = 12, 10, 8
 
 
 def _leaves_differing(a, b) -> list[str]:
@@ -45,8 +46,10 @@ def _leaves_differing(a, b) -> list[str]:
     ]
 
 
-def _mixed_final(batching: str, columns: int = 0, inner: int = 0, per_host: bool = False):
-    static = dataclasses.replace(SMALL, prefix_columns=columns, prefix_inner_columns=inner, prefix_per_host=per_host)
+def _mixed_final(batching: str, columns: int = 0, inner: int = 0, per_host: bool = False, innermost: int = 0):
+    static = dataclasses.replace(
+        SMALL, prefix_columns=columns, prefix_inner_columns=inner, prefix_innermost_columns=innermost, prefix_per_host=per_host
+    )  # fmt: skip
     batch = build_batch(_mixed_experiments(), static=static, slots_per_host=static.slots_per_host)
     return engine.run(batch.params, batch.state, batching=batching)[0]
 
@@ -58,17 +61,19 @@ def _whole_pool_final():
     return _mixed_final("map")
 
 
-# ``map`` with two per-host prefixes, one inside the other (the default's form on a CPU):
-# windows on the whole pool, on PER_HOST's places and on PER_HOST_INNER's, and every switch
-# between them. ``vmap`` with one prefix of the first columns (the default's form on a GPU,
-# where the lockstep path runs: ``build_batch``), each experiment's window fitting or not.
+# ``map`` with three per-host prefixes, each inside the last (the default's form on a CPU):
+# windows on the whole pool, on PER_HOST's places, PER_HOST_INNER's and PER_HOST_INNERMOST's,
+# and every switch between them. ``vmap`` with one prefix of the first columns (the default's
+# form on a GPU, where the lockstep path runs: ``build_batch``), each experiment's window
+# fitting or not.
 @pytest.mark.parametrize(
-    "batching, columns, inner, per_host", [("map", PER_HOST, PER_HOST_INNER, True), ("vmap", PREFIX, 0, False)]
+    "batching, columns, inner, innermost, per_host",
+    [("map", PER_HOST, PER_HOST_INNER, PER_HOST_INNERMOST, True), ("vmap", PREFIX, 0, 0, False)],
 )
-def test_windows_on_the_live_prefix_equal_the_whole_pool(batching, columns, inner, per_host):
+def test_windows_on_the_live_prefix_equal_the_whole_pool(batching, columns, inner, innermost, per_host):
     whole = _whole_pool_final()
     assert np.all(whole.done) and not np.any(whole.error)
-    assert _leaves_differing(whole, _mixed_final(batching, columns, inner, per_host)) == []
+    assert _leaves_differing(whole, _mixed_final(batching, columns, inner, per_host, innermost)) == []
 
 
 @jax.jit
@@ -76,10 +81,10 @@ def _columns_and_bound(params, state):
     fits = [jax.vmap(lambda p, s: pool.prefix_fits(p, s, columns))(params, state) for columns in (PREFIX, OUTER)]
     per_host = [
         jax.vmap(lambda p, s: pool.per_host_fits(p, s, columns, inside=False))(params, state)
-        for columns in (PER_HOST_INNER, PER_HOST)
+        for columns in (PER_HOST_INNERMOST, PER_HOST_INNER, PER_HOST)
     ]  # fmt: skip
     in_use = jax.vmap(lambda p, s: pool.columns_in_use(p, s.packets))(params, state)
-    levels = fits[0].astype(int) + fits[1].astype(int), per_host[0].astype(int) + per_host[1].astype(int)
+    levels = fits[0].astype(int) + fits[1].astype(int), sum(level.astype(int) for level in per_host)
     return in_use, jax.vmap(pool.creatable_packets)(params, state), levels
 
 
@@ -98,13 +103,13 @@ def test_a_window_takes_no_column_past_the_bound():
         seen_fit.update(fits.tolist())
         seen_per_host.update(per_host.tolist())
     assert seen_fit == {0, 1, 2}  # windows that fit the first columns of every host: none, OUTER's and PREFIX's
-    assert seen_per_host == {0, 1, 2}  # the prefix test's windows run on the whole pool, PER_HOST and PER_HOST_INNER
+    assert seen_per_host == {0, 1, 2, 3}  # the prefix test's windows run on the whole pool and each per-host level
 
 
 def test_default_prefix_only_for_large_pools():
-    assert pool.default_prefix_columns(16, 256) == (0, 0, False)  # the quick start's pool: 4,096 slots
-    assert pool.default_prefix_columns(128, 512) == (256, 64, True)  # a CPU's: per host, two levels
-    assert pool.default_prefix_columns(128, 512, on_cpu=False) == (256, 0, False)
+    assert pool.default_prefix_columns(16, 256) == (0, 0, 0, False)  # the quick start's pool: 4,096 slots
+    assert pool.default_prefix_columns(128, 512) == (256, 128, 64, True)  # a CPU's: per host, three levels
+    assert pool.default_prefix_columns(128, 512, on_cpu=False) == (256, 0, 0, False)
 
 
 def test_sim_live_prefix_chooses_the_layout():
@@ -115,20 +120,21 @@ def test_sim_live_prefix_chooses_the_layout():
 
     def layout(experiments, slots=512):
         static = needed_static(experiments, slots_per_host=slots)
-        return static.prefix_columns, static.prefix_inner_columns, static.prefix_per_host
+        return static.prefix_columns, static.prefix_inner_columns, static.prefix_innermost_columns, static.prefix_per_host
 
-    assert layout([auto], slots=256) == (0, 0, False)  # 16 hosts x 256: under PREFIX_MIN_SLOTS
+    assert layout([auto], slots=256) == (0, 0, 0, False)  # 16 hosts x 256: under PREFIX_MIN_SLOTS
     assert layout([auto], slots=2048) == pool.default_prefix_columns(16, 2048, on_cpu=jax.default_backend() == "cpu")
-    assert layout([auto, per_host]) == (256, 64, True)
-    assert layout([columns, per_host]) == (256, 0, False)
-    assert layout([none, auto]) == (0, 0, False)
+    assert layout([auto, per_host]) == (256, 128, 64, True)
+    assert layout([columns, per_host]) == (256, 0, 0, False)
+    assert layout([none, auto]) == (0, 0, 0, False)
     with pytest.raises(InputError, match="sim.live_prefix"):
         SimConfig(live_prefix="first")
 
 
 def test_the_prefix_of_a_prefix():
     """``shrink`` gives the prefix's pool its own prefix (``Static.prefix_inner_columns``),
-    and that one none: the engine nests them once."""
+    that one its own (``prefix_innermost_columns``), and that one none: the engine nests
+    them up to three levels."""
     static = dataclasses.replace(SMALL, prefix_columns=OUTER, prefix_inner_columns=PREFIX)
     batch = build_batch(_mixed_experiments(), static=static, slots_per_host=SMALL.slots_per_host)
     params, state = jax.tree.map(lambda x: x[0], (batch.params, batch.state))
@@ -136,6 +142,12 @@ def test_the_prefix_of_a_prefix():
     assert (small_params.static.slots_per_host, small_params.static.prefix_columns) == (OUTER, PREFIX)
     smaller_params, _ = pool.shrink(small_params, state, PREFIX)
     assert (smaller_params.static.slots_per_host, smaller_params.static.prefix_columns) == (PREFIX, 0)
+    three = params.replace(static=dataclasses.replace(static, prefix_inner_columns=PREFIX, prefix_innermost_columns=PREFIX // 2))
+    levels = []
+    for columns in (OUTER, PREFIX, PREFIX // 2):
+        three, _ = pool.shrink(three, state, columns)
+        levels.append((three.static.slots_per_host, three.static.prefix_columns, three.static.prefix_inner_columns))
+    assert levels == [(OUTER, PREFIX, PREFIX // 2), (PREFIX, PREFIX // 2, 0), (PREFIX // 2, 0, 0)]
 
 
 def test_a_prefix_stretch_of_no_window_keeps_the_whole_pools_order():

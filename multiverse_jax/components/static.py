@@ -52,6 +52,8 @@ class Static:
     #   (``ops/pool.py``; 0: the whole pool always; per host: its places over H). A choice, not a shape an experiment needs
     prefix_inner_columns: int = 0  # the prefix's own prefix: fewer columns still, where the windows on
     #   the prefix run while their packets fit in them (0: none). A choice, not a shape
+    prefix_innermost_columns: int = 0  # the inner prefix's own prefix, fewer columns again (0: none; only
+    #   inside an inner prefix). A choice, not a shape
     prefix_per_host: bool = False  # the prefixes are per host (``ops/pool.py``): prefix_columns x H places holding each
     #   host's own columns in use and what it may create, not the first prefix_columns columns of every host (and the
     #   inner prefix likewise, inside it). ``build_batch`` sets it by ``sim.live_prefix`` (auto: on a CPU). A choice, not a shape

@@ -152,7 +152,7 @@ class LongRuns(enum.StrEnum):
 
 class LivePrefix(enum.StrEnum):
     auto = "auto"  # per_host on a CPU, columns on an accelerator (pools of at least pool.PREFIX_MIN_SLOTS slots)
-    per_host = "per_host"  # each host's own columns in use: half the pool's places, an eighth inside that
+    per_host = "per_host"  # each host's own columns in use: half the pool's places, a quarter and an eighth inside that
     columns = "columns"  # the first half of every host's columns, one level
     none = "none"  # every window on the whole pool
 

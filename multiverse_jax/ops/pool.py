@@ -21,10 +21,11 @@ and the engine runs a stretch of windows on one copy of the prefix, copied out o
 pool before the stretch and back after it (``engine._steps_until_stopped``).
 
 A prefix is a smaller pool, and it may have a prefix of its own (``Static.prefix_inner_columns``,
-given to the prefix's pool by ``shrink``): the engine then runs the windows on the whole
-pool, on the prefix or on the prefix's prefix, whichever is the smallest that holds the
-next window (``engine._steps_until_stopped`` nests once). Each prefix compiles the window
-once more, so a batch has one only where the pool is large enough to pay for it.
+given to the prefix's pool by ``shrink``), and that one its own again
+(``Static.prefix_innermost_columns``): the engine then runs the windows on the whole
+pool or on the smallest prefix that holds the next window (``engine._steps_until_stopped``
+nests up to three levels). Each prefix compiles the window once more, so a batch has one
+only where the pool is large enough to pay for it.
 
 With ``Static.prefix_per_host`` the prefix holds c H places that are each host's own
 columns in use and what it may create, not the first c columns of every host (see "The
@@ -51,10 +52,11 @@ from multiverse_jax.units import NEVER
 PREFIX_MIN_SLOTS = 16384  # pools at least this large run on a prefix of their columns when they can (default_prefix_columns)
 
 
-def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = True, layout: str = "auto") -> tuple[int, int, bool]:
+def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = True, layout: str = "auto") -> tuple[int, int, int, bool]:
     """The prefixes a pool runs on (``Static.prefix_columns``, ``prefix_inner_columns``,
-    ``prefix_per_host``) for ``sim.live_prefix``'s ``layout``: ``per_host``, per-host
-    prefixes of half the pool's places and, inside that, an eighth; ``columns``, the first
+    ``prefix_innermost_columns``, ``prefix_per_host``) for ``sim.live_prefix``'s ``layout``:
+    ``per_host``, per-host prefixes of half the pool's places, a quarter inside that and an
+    eighth inside that; ``columns``, the first
     half of every host's columns, one level; ``none``, none (0). ``auto`` chooses
     ``per_host`` on a CPU and ``columns`` elsewhere, for pools of at least
     ``PREFIX_MIN_SLOTS`` slots (smaller ones would compile longer than they would save).
@@ -64,22 +66,25 @@ def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = Tru
     512 slots a host) held 398-407 of 512 columns for its last thousand windows while its
     live packets fell from 23 k to 700, and every one of them ran on the whole pool; on
     per-host prefixes of 256 and 64 columns' places the whole run took 4.0-5.2 s against
-    5.3-6.1 s (``benchmarks/HISTORY.md``, stop 42). Two levels because the packets a busy
-    run holds vary tenfold over it. They pay most on a CPU, where a pass costs its places. On
+    5.3-6.1 s (``benchmarks/HISTORY.md``, stop 42). Several levels because the packets a
+    busy run holds vary tenfold over it: its windows needing 10-15 k places (a fifth of
+    the run) ran on half the pool's while a quarter's held them, and the run took 4.5-5.5 %
+    less with the quarter between the half and the eighth (stop 46; 20 s more to compile,
+    one more copy of the window). They pay most on a CPU, where a pass costs its places. On
     a GPU, where a window is bound by its kernels' latency, they ran the 32-point htsim sweep
     1.3x faster than one level of the first columns, but the 256-point one only 1.00-1.04x,
     and they compile 23-28 s longer (README, Performance: "On one GPU"), so ``auto`` keeps the
     first columns there."""
     if layout == "auto":
         if n_hosts * slots_per_host < PREFIX_MIN_SLOTS:
-            return 0, 0, False
+            return 0, 0, 0, False
         layout = "per_host" if on_cpu else "columns"
     if layout == "per_host":
-        return slots_per_host // 2, slots_per_host // 8, True
+        return slots_per_host // 2, slots_per_host // 4, slots_per_host // 8, True
     if layout == "columns":
-        return slots_per_host // 2, 0, False
+        return slots_per_host // 2, 0, 0, False
     if layout == "none":
-        return 0, 0, False
+        return 0, 0, 0, False
     raise ValueError(f"sim.live_prefix must be auto, per_host, columns or none, got {layout!r}")
 
 
@@ -116,8 +121,8 @@ def prefix_fits(params: Params, state: State, columns: int) -> jax.Array:
 def shrink(params: Params, state: State, columns: int) -> tuple[Params, State]:
     """The experiment on its pool's first ``columns`` columns: the packets of those slots,
     the kept service order (every kept packet is live, so in them) with its sentinel moved.
-    The smaller pool's own prefix is ``Static.prefix_inner_columns`` (where it is smaller),
-    and that one has none."""
+    The smaller pool's own prefixes are ``Static.prefix_inner_columns`` and
+    ``prefix_innermost_columns`` (where smaller, ``_prefix_params``)."""
     n = columns * params.static.n_hosts
     small = _prefix_params(params, columns)
     order = state.order
@@ -129,9 +134,14 @@ def shrink(params: Params, state: State, columns: int) -> tuple[Params, State]:
 def _prefix_params(params: Params, columns: int, layout: PoolLayout | None = None) -> Params:
     """The params of a prefix of ``columns`` columns (per host: places over H), laid out
     by ``layout`` (None: the first columns). Its own prefix is ``Static.prefix_inner_columns``
-    (where smaller), and that one has none."""
-    inner = params.static.prefix_inner_columns if params.static.prefix_inner_columns < columns else 0
-    static = dataclasses.replace(params.static, slots_per_host=columns, prefix_columns=inner, prefix_inner_columns=0)
+    (where smaller), whose own is ``prefix_innermost_columns`` (where smaller still), and that
+    one has none."""
+    s = params.static
+    inner = s.prefix_inner_columns if s.prefix_inner_columns < columns else 0
+    innermost = s.prefix_innermost_columns if s.prefix_innermost_columns < inner else 0
+    static = dataclasses.replace(
+        s, slots_per_host=columns, prefix_columns=inner, prefix_inner_columns=innermost, prefix_innermost_columns=0
+    )  # fmt: skip
     return params.replace(static=static, pool_layout=layout)
 
 
@@ -233,7 +243,8 @@ def shrink_per_host(params: Params, state: State, columns: int) -> tuple[Params,
     columns (``_host_needs``) and an even share of the places left (up to the columns it
     has here), gathered in slot order. Where they do not fit, the places hold what fits and
     no window runs on them (``per_host_fits``), so ``grow_per_host`` changes nothing. The
-    prefix's own per-host prefix is ``Static.prefix_inner_columns`` (where smaller)."""
+    prefix's own per-host prefixes are ``Static.prefix_inner_columns`` and
+    ``prefix_innermost_columns`` (where smaller, ``_prefix_params``)."""
     static = params.static
     n_hosts, n_parent, n_places = static.n_hosts, static.n_slots, columns * static.n_hosts
     needed, _ = _host_needs(params, state)
