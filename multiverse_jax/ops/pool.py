@@ -68,9 +68,10 @@ def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = Tru
     per-host prefixes of 256 and 64 columns' places the whole run took 4.0-5.2 s against
     5.3-6.1 s (``benchmarks/HISTORY.md``, stop 42). Several levels because the packets a
     busy run holds vary tenfold over it: its windows needing 10-15 k places (a fifth of
-    the run) ran on half the pool's while a quarter's held them, and the run took 4.5-5.5 %
-    less with the quarter between the half and the eighth (stop 46; 20 s more to compile,
-    one more copy of the window). They pay most on a CPU, where a pass costs its places. On
+    the run) ran on half the pool's while a quarter's held them; with the quarter between the
+    half and the eighth the run took 6.5-8.2 % less, and the 8-point sweep 1.15x (stop 46;
+    ~20 s more to compile, one more copy of the window; a fourth level, a sixteenth, ran
+    slower). They pay most on a CPU, where a pass costs its places. On
     a GPU, where a window is bound by its kernels' latency, they ran the 32-point htsim sweep
     1.3x faster than one level of the first columns, but the 256-point one only 1.00-1.04x,
     and they compile 23-28 s longer (README, Performance: "On one GPU"), so ``auto`` keeps the
