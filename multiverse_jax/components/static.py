@@ -56,7 +56,7 @@ class Static:
     #   inside an inner prefix). A choice, not a shape
     prefix_per_host: bool = False  # the prefixes are per host (``ops/pool.py``): prefix_columns x H places holding each
     #   host's own columns in use and what it may create, not the first prefix_columns columns of every host (and the
-    #   inner prefix likewise, inside it). ``build_batch`` sets it by ``sim.live_prefix`` (auto: on a CPU). A choice, not a shape
+    #   inner prefixes likewise, each inside the last). ``build_batch`` sets it by ``sim.live_prefix`` (auto: on a CPU). A choice, not a shape
 
     run_packets: int = 1  # M: packets one port may start in one transmit round, one after another from its class
     #   queues (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS (on a CPU
