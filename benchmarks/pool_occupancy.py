@@ -97,8 +97,7 @@ def run(args) -> list[dict]:
         static = batch.params.static
         out.append({
             "k": args.k, "flow_bytes": args.flow_bytes, "slots_per_host": slots_per_host, "n_slots": static.n_slots,
-            "prefix_columns": static.prefix_columns, "prefix_inner_columns": static.prefix_inner_columns,
-            "prefix_innermost_columns": static.prefix_innermost_columns,
+            "prefix_columns": [static.prefix_columns, *static.prefix_inner_columns],
             "compile_s": compile_s, "windows": sum(c[1] for c in best), "packet_hops": sum(c[2] for c in best),
             "wall_s": walls, "packet_hops_per_s": sum(c[2] for c in best) / min(walls), "bins": binned(best, args.bin),
         })  # fmt: skip
@@ -119,7 +118,7 @@ def main(argv=None) -> int:
     for size in out:
         print(
             f"k={size['k']}, {size['slots_per_host']} slots/host ({size['n_slots']} slots; prefixes of "
-            f"{size['prefix_columns']}, {size['prefix_inner_columns']} and {size['prefix_innermost_columns']} columns): "
+            f"{', '.join(map(str, size['prefix_columns']))} columns): "
             f"{size['windows']} windows, "
             f"{size['packet_hops']:,} packet-hops, wall s {', '.join(f'{w:.2f}' for w in size['wall_s'])} "
             f"({size['packet_hops_per_s'] / 1e6:.3f} M/s at the best), compile {size['compile_s']:.1f} s"

@@ -141,9 +141,9 @@ def _by_backend(static: Static, experiments) -> Static:
     whose longer runs cost little (the htsim sweep 7 % faster than way 3 at 8, stop 44)."""
     on_cpu = jax.default_backend() == "cpu"
     layout = next((str(e.sim.live_prefix) for e in experiments if e.sim.live_prefix != LivePrefix.auto), "auto")
-    outer, inner, innermost, per_host = default_prefix_columns(static.n_hosts, static.slots_per_host, on_cpu, layout)
+    outer, inner, per_host = default_prefix_columns(static.n_hosts, static.slots_per_host, on_cpu, layout)
     return dataclasses.replace(
-        static, prefix_columns=outer, prefix_inner_columns=inner, prefix_innermost_columns=innermost, prefix_per_host=per_host,
+        static, prefix_columns=outer, prefix_inner_columns=inner, prefix_per_host=per_host,
         long_runs=_long_runs(experiments, on_cpu),
         run_packets=_run_packets(experiments, single_class=on_cpu and not static.rival_classes),
     )  # fmt: skip
@@ -230,10 +230,7 @@ def build_batch(
                 f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
             )
         # Not shapes an experiment needs (ops/pool.py, systems/transmit.py, engine.py).
-        choices = {
-            "prefix_columns", "prefix_inner_columns", "prefix_innermost_columns", "prefix_per_host", "run_packets", "long_runs",
-            "lockstep_experiments",
-        }  # fmt: skip
+        choices = {"prefix_columns", "prefix_inner_columns", "prefix_per_host", "run_packets", "long_runs", "lockstep_experiments"}
         small = [
             f.name for f in dataclasses.fields(Static)
             if f.name not in choices and getattr(static, f.name) < getattr(needed, f.name)

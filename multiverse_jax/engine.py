@@ -160,9 +160,8 @@ def _steps_until_stopped(step_fn, params: Params, state: State, batched: bool, m
     (not every window; a stretch of no window copies it all the same, once). The two
     stretches follow each other in the loop's body, not as branches of a ``lax.cond``: a
     conditional around the whole pool's windows cost ~5 % (XLA's copies at its boundary).
-    The prefix's windows run the same way on its own prefix, if it has one
-    (``Static.prefix_inner_columns``), and that one's on its own
-    (``Static.prefix_innermost_columns``; the recursion ends there: ``pool._prefix_params``).
+    The prefix's windows run the same way on its own prefix, if it has one, and so on
+    (``Static.prefix_inner_columns``; the recursion ends with them: ``pool._prefix_params``).
     """
     columns = params.static.prefix_columns
     if not columns:

@@ -46,10 +46,8 @@ def _leaves_differing(a, b) -> list[str]:
     ]
 
 
-def _mixed_final(batching: str, columns: int = 0, inner: int = 0, per_host: bool = False, innermost: int = 0):
-    static = dataclasses.replace(
-        SMALL, prefix_columns=columns, prefix_inner_columns=inner, prefix_innermost_columns=innermost, prefix_per_host=per_host
-    )  # fmt: skip
+def _mixed_final(batching: str, columns: int = 0, inner: tuple[int, ...] = (), per_host: bool = False):
+    static = dataclasses.replace(SMALL, prefix_columns=columns, prefix_inner_columns=inner, prefix_per_host=per_host)
     batch = build_batch(_mixed_experiments(), static=static, slots_per_host=static.slots_per_host)
     return engine.run(batch.params, batch.state, batching=batching)[0]
 
@@ -67,13 +65,13 @@ def _whole_pool_final():
 # form on a GPU, where the lockstep path runs: ``build_batch``), each experiment's window
 # fitting or not.
 @pytest.mark.parametrize(
-    "batching, columns, inner, innermost, per_host",
-    [("map", PER_HOST, PER_HOST_INNER, PER_HOST_INNERMOST, True), ("vmap", PREFIX, 0, 0, False)],
+    "batching, columns, inner, per_host",
+    [("map", PER_HOST, (PER_HOST_INNER, PER_HOST_INNERMOST), True), ("vmap", PREFIX, (), False)],
 )
-def test_windows_on_the_live_prefix_equal_the_whole_pool(batching, columns, inner, innermost, per_host):
+def test_windows_on_the_live_prefix_equal_the_whole_pool(batching, columns, inner, per_host):
     whole = _whole_pool_final()
     assert np.all(whole.done) and not np.any(whole.error)
-    assert _leaves_differing(whole, _mixed_final(batching, columns, inner, per_host, innermost)) == []
+    assert _leaves_differing(whole, _mixed_final(batching, columns, inner, per_host)) == []
 
 
 @jax.jit
@@ -107,9 +105,9 @@ def test_a_window_takes_no_column_past_the_bound():
 
 
 def test_default_prefix_only_for_large_pools():
-    assert pool.default_prefix_columns(16, 256) == (0, 0, 0, False)  # the quick start's pool: 4,096 slots
-    assert pool.default_prefix_columns(128, 512) == (256, 128, 64, True)  # a CPU's: per host, three levels
-    assert pool.default_prefix_columns(128, 512, on_cpu=False) == (256, 0, 0, False)
+    assert pool.default_prefix_columns(16, 256) == (0, (), False)  # the quick start's pool: 4,096 slots
+    assert pool.default_prefix_columns(128, 512) == (256, (128, 64), True)  # a CPU's: per host, three levels
+    assert pool.default_prefix_columns(128, 512, on_cpu=False) == (256, (), False)
 
 
 def test_sim_live_prefix_chooses_the_layout():
@@ -120,34 +118,34 @@ def test_sim_live_prefix_chooses_the_layout():
 
     def layout(experiments, slots=512):
         static = needed_static(experiments, slots_per_host=slots)
-        return static.prefix_columns, static.prefix_inner_columns, static.prefix_innermost_columns, static.prefix_per_host
+        return static.prefix_columns, static.prefix_inner_columns, static.prefix_per_host
 
-    assert layout([auto], slots=256) == (0, 0, 0, False)  # 16 hosts x 256: under PREFIX_MIN_SLOTS
+    assert layout([auto], slots=256) == (0, (), False)  # 16 hosts x 256: under PREFIX_MIN_SLOTS
     assert layout([auto], slots=2048) == pool.default_prefix_columns(16, 2048, on_cpu=jax.default_backend() == "cpu")
-    assert layout([auto, per_host]) == (256, 128, 64, True)
-    assert layout([columns, per_host]) == (256, 0, 0, False)
-    assert layout([none, auto]) == (0, 0, 0, False)
+    assert layout([auto, per_host]) == (256, (128, 64), True)
+    assert layout([columns, per_host]) == (256, (), False)
+    assert layout([none, auto]) == (0, (), False)
     with pytest.raises(InputError, match="sim.live_prefix"):
         SimConfig(live_prefix="first")
 
 
 def test_the_prefix_of_a_prefix():
-    """``shrink`` gives the prefix's pool its own prefix (``Static.prefix_inner_columns``),
-    that one its own (``prefix_innermost_columns``), and that one none: the engine nests
-    them up to three levels."""
-    static = dataclasses.replace(SMALL, prefix_columns=OUTER, prefix_inner_columns=PREFIX)
+    """``shrink`` gives the prefix's pool its own prefix (the first of
+    ``Static.prefix_inner_columns``), that one the next, and the last none: the engine nests
+    them once per level."""
+    static = dataclasses.replace(SMALL, prefix_columns=OUTER, prefix_inner_columns=(PREFIX,))
     batch = build_batch(_mixed_experiments(), static=static, slots_per_host=SMALL.slots_per_host)
     params, state = jax.tree.map(lambda x: x[0], (batch.params, batch.state))
     small_params, _ = pool.shrink(params, state, OUTER)
     assert (small_params.static.slots_per_host, small_params.static.prefix_columns) == (OUTER, PREFIX)
     smaller_params, _ = pool.shrink(small_params, state, PREFIX)
     assert (smaller_params.static.slots_per_host, smaller_params.static.prefix_columns) == (PREFIX, 0)
-    three = params.replace(static=dataclasses.replace(static, prefix_inner_columns=PREFIX, prefix_innermost_columns=PREFIX // 2))
+    three = params.replace(static=dataclasses.replace(static, prefix_inner_columns=(PREFIX, PREFIX // 2)))
     levels = []
     for columns in (OUTER, PREFIX, PREFIX // 2):
         three, _ = pool.shrink(three, state, columns)
         levels.append((three.static.slots_per_host, three.static.prefix_columns, three.static.prefix_inner_columns))
-    assert levels == [(OUTER, PREFIX, PREFIX // 2), (PREFIX, PREFIX // 2, 0), (PREFIX // 2, 0, 0)]
+    assert levels == [(OUTER, PREFIX, (PREFIX // 2,)), (PREFIX, PREFIX // 2, ()), (PREFIX // 2, 0, ())]
 
 
 def test_a_prefix_stretch_of_no_window_keeps_the_whole_pools_order():

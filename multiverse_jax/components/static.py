@@ -50,10 +50,8 @@ class Static:
     #   1: no experiment has topology.link_events, and the epoch selection is compiled out)
     prefix_columns: int = 0  # columns per host of the pool prefix windows run on while the packets fit
     #   (``ops/pool.py``; 0: the whole pool always; per host: its places over H). A choice, not a shape an experiment needs
-    prefix_inner_columns: int = 0  # the prefix's own prefix: fewer columns still, where the windows on
-    #   the prefix run while their packets fit in them (0: none). A choice, not a shape
-    prefix_innermost_columns: int = 0  # the inner prefix's own prefix, fewer columns again (0: none; only
-    #   inside an inner prefix). A choice, not a shape
+    prefix_inner_columns: tuple[int, ...] = ()  # the prefix's own prefixes, each inside the last (fewer
+    #   columns each): the windows on a prefix run on its own while their packets fit there; (): none). A choice, not a shape
     prefix_per_host: bool = False  # the prefixes are per host (``ops/pool.py``): prefix_columns x H places holding each
     #   host's own columns in use and what it may create, not the first prefix_columns columns of every host (and the
     #   inner prefixes likewise, each inside the last). ``build_batch`` sets it by ``sim.live_prefix`` (auto: on a CPU). A choice, not a shape

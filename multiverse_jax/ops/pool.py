@@ -20,11 +20,10 @@ prefix is ever held back by it: there is nothing to check or run again after it,
 and the engine runs a stretch of windows on one copy of the prefix, copied out of the
 pool before the stretch and back after it (``engine._steps_until_stopped``).
 
-A prefix is a smaller pool, and it may have a prefix of its own (``Static.prefix_inner_columns``,
-given to the prefix's pool by ``shrink``), and that one its own again
-(``Static.prefix_innermost_columns``): the engine then runs the windows on the whole
-pool or on the smallest prefix that holds the next window (``engine._steps_until_stopped``
-nests up to three levels). Each prefix compiles the window once more, so a batch has one
+A prefix is a smaller pool, and it may have a prefix of its own, and that one its own again
+(``Static.prefix_inner_columns``, the levels inside the first, given to each prefix's pool
+by ``shrink``): the engine then runs the windows on the whole pool or on the smallest
+prefix that holds the next window (``engine._steps_until_stopped`` nests once per level). Each prefix compiles the window once more, so a batch has one
 only where the pool is large enough to pay for it.
 
 With ``Static.prefix_per_host`` the prefix holds c H places that are each host's own
@@ -52,9 +51,9 @@ from multiverse_jax.units import NEVER
 PREFIX_MIN_SLOTS = 16384  # pools at least this large run on a prefix of their columns when they can (default_prefix_columns)
 
 
-def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = True, layout: str = "auto") -> tuple[int, int, int, bool]:
+def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = True, layout: str = "auto") -> tuple[int, tuple[int, ...], bool]:
     """The prefixes a pool runs on (``Static.prefix_columns``, ``prefix_inner_columns``,
-    ``prefix_innermost_columns``, ``prefix_per_host``) for ``sim.live_prefix``'s ``layout``:
+    ``prefix_per_host``) for ``sim.live_prefix``'s ``layout``:
     ``per_host``, per-host prefixes of half the pool's places, a quarter inside that and an
     eighth inside that; ``columns``, the first
     half of every host's columns, one level; ``none``, none (0). ``auto`` chooses
@@ -78,14 +77,14 @@ def default_prefix_columns(n_hosts: int, slots_per_host: int, on_cpu: bool = Tru
     first columns there."""
     if layout == "auto":
         if n_hosts * slots_per_host < PREFIX_MIN_SLOTS:
-            return 0, 0, 0, False
+            return 0, (), False
         layout = "per_host" if on_cpu else "columns"
     if layout == "per_host":
-        return slots_per_host // 2, slots_per_host // 4, slots_per_host // 8, True
+        return slots_per_host // 2, (slots_per_host // 4, slots_per_host // 8), True
     if layout == "columns":
-        return slots_per_host // 2, 0, 0, False
+        return slots_per_host // 2, (), False
     if layout == "none":
-        return 0, 0, 0, False
+        return 0, (), False
     raise ValueError(f"sim.live_prefix must be auto, per_host, columns or none, got {layout!r}")
 
 
@@ -122,8 +121,7 @@ def prefix_fits(params: Params, state: State, columns: int) -> jax.Array:
 def shrink(params: Params, state: State, columns: int) -> tuple[Params, State]:
     """The experiment on its pool's first ``columns`` columns: the packets of those slots,
     the kept service order (every kept packet is live, so in them) with its sentinel moved.
-    The smaller pool's own prefixes are ``Static.prefix_inner_columns`` and
-    ``prefix_innermost_columns`` (where smaller, ``_prefix_params``)."""
+    The smaller pool's own prefixes are ``Static.prefix_inner_columns`` (``_prefix_params``)."""
     n = columns * params.static.n_hosts
     small = _prefix_params(params, columns)
     order = state.order
@@ -134,14 +132,11 @@ def shrink(params: Params, state: State, columns: int) -> tuple[Params, State]:
 
 def _prefix_params(params: Params, columns: int, layout: PoolLayout | None = None) -> Params:
     """The params of a prefix of ``columns`` columns (per host: places over H), laid out
-    by ``layout`` (None: the first columns). Its own prefix is ``Static.prefix_inner_columns``
-    (where smaller), whose own is ``prefix_innermost_columns`` (where smaller still), and that
-    one has none."""
-    s = params.static
-    inner = s.prefix_inner_columns if s.prefix_inner_columns < columns else 0
-    innermost = s.prefix_innermost_columns if s.prefix_innermost_columns < inner else 0
+    by ``layout`` (None: the first columns). Its own prefix is the first of
+    ``Static.prefix_inner_columns`` smaller than it, with the rest inside that one."""
+    inner = tuple(level for level in params.static.prefix_inner_columns if level < columns)
     static = dataclasses.replace(
-        s, slots_per_host=columns, prefix_columns=inner, prefix_inner_columns=innermost, prefix_innermost_columns=0
+        params.static, slots_per_host=columns, prefix_columns=inner[0] if inner else 0, prefix_inner_columns=inner[1:]
     )  # fmt: skip
     return params.replace(static=static, pool_layout=layout)
 
@@ -244,8 +239,7 @@ def shrink_per_host(params: Params, state: State, columns: int) -> tuple[Params,
     columns (``_host_needs``) and an even share of the places left (up to the columns it
     has here), gathered in slot order. Where they do not fit, the places hold what fits and
     no window runs on them (``per_host_fits``), so ``grow_per_host`` changes nothing. The
-    prefix's own per-host prefixes are ``Static.prefix_inner_columns`` and
-    ``prefix_innermost_columns`` (where smaller, ``_prefix_params``)."""
+    prefix's own per-host prefixes are ``Static.prefix_inner_columns`` (``_prefix_params``)."""
     static = params.static
     n_hosts, n_parent, n_places = static.n_hosts, static.n_slots, columns * static.n_hosts
     needed, _ = _host_needs(params, state)
