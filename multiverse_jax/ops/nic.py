@@ -19,7 +19,6 @@ free slot of its host's share of the pool.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -33,8 +32,7 @@ from multiverse_jax.ops.segments import count_by, fifo_head, prefix_sum
 from multiverse_jax.units import NEVER
 
 
-@dataclasses.dataclass(frozen=True)
-class NicOffer:
+class NicOffer(NamedTuple):
     """What each host's NIC could send next, per data class: arrays (H, C), or (H,) for
     one class per host (``of_class``)."""
 
@@ -175,7 +173,7 @@ def of_class(offer_: NicOffer, data_class) -> NicOffer:
         return jnp.take_along_axis(a, data_class[:, None], axis=1)[:, 0]
 
     picked = {key: pick(getattr(offer_, key)) for key in ("ready_ps", "flow", "wire_bytes")}
-    return dataclasses.replace(offer_, **picked)
+    return offer_._replace(**picked)
 
 
 def _next_cursor(params: Params, state: State, sent_flow, sent, start_ps):

@@ -12,7 +12,11 @@ start = max(port free, packet arrival, PFC release); the last bit reaches the fa
 is at least the window. Each round (``serve_round``), all ports of all experiments start
 one packet, and with ``Static.run_packets`` > 1 some ports also the packets queued behind
 it that the next rounds would start there, in any of its classes (a run, ``ops/runs.py``); rounds repeat until
-no port can start another packet inside the window.
+no port can start another packet inside the window. Each round ends by working out what
+every port would start in the next (its ``Front``: the offers, class candidates and start
+times), so the window stops after its last round that sends, not after a round that finds
+nothing to send (on the htsim sweep's point 1-7 rounds a window sent; each window ran one
+more before).
 
 Nothing joins a queue during the window (arrivals were queued by ``forward``), so the
 window starts by sorting the pool once into every class queue's service order
@@ -25,7 +29,7 @@ round).
 
 A round is a chain of phases, arrays over ports P, classes 1 + C and hosts H:
 ``class_heads`` (the candidate of each class queue) -> ``start_times`` (PFC and strict
-priority) -> ``depart`` (what each port starts, its wire size and times) -> ``account``
+priority) (these two and ``nic.offer``: ``round_front``, run at the end of the round before) -> ``depart`` (what each port starts, its wire size and times) -> ``account``
 (port counters, queue maxima and overflows, errors) -> ``leave`` (the packet goes on the wire, ECN
 mark and telemetry at switches) -> ``runs.follow`` (the runs behind the first packets,
 their counters and pool writes: ``account_runs``, ``leave_runs``) -> ``nic_emit`` (NICs
@@ -138,10 +142,7 @@ def depart(
     host, _ = _nic_host(params)
     use_ctrl = chosen == 0
     data_class = jnp.maximum(chosen - 1, 0)
-    sends = start < window_end_ps
-    creates = sends & class_is_offer
-    pool_full = creates & ~offer.has_slot[host]
-    sends, creates = sends & ~pool_full, creates & ~pool_full
+    sends, creates, pool_full = _sending(params, offer, start, class_is_offer, window_end_ps)
     slot = class_slot
     is_data = creates | ~head_packet.is_ack
     wire_bytes = jnp.where(creates, offer.wire_bytes[host, data_class], head_packet.wire_bytes)
@@ -158,6 +159,17 @@ def depart(
         start, use_ctrl, data_class, sends, is_data, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps,
         scheduled_ps, prior_ps, busy_rank, rank,
     )  # fmt: skip
+
+
+def _sending(params: Params, offer: nic.NicOffer, start, is_offer, window_end_ps):
+    """(P,) bool each: the port starts a packet inside the window (from its ``start``),
+    it creates a NIC's new data packet (its chosen candidate ``is_offer``), and it would
+    but its host has no free slot (then it starts nothing)."""
+    host, _ = _nic_host(params)
+    sends = start < window_end_ps
+    creates = sends & is_offer
+    pool_full = creates & ~offer.has_slot[host]
+    return sends & ~pool_full, creates & ~pool_full, pool_full
 
 
 def _ranks(ports, available_ps, arriving_rank, last_bit_ps):
@@ -308,6 +320,19 @@ def nic_emit(params: Params, state: State, offer: nic.NicOffer, dep: Departures)
     return nic.emit(params, state, host_offer, creates, dep.start[nic_port], dep.ser_ps[nic_port])
 
 
+class Front(NamedTuple):
+    """A round's first phases, what every port would start (``round_front``): computed at
+    the end of the round before (or at the window's start), so that the loop knows
+    whether another round sends before it runs one."""
+
+    offer: nic.NicOffer  # (H, C) each (``slot``, ``has_slot``: (H,)) what each NIC offers
+    ready_ps: jnp.ndarray  # (P, 1 + C) int64 when each class candidate is available (``class_heads``)
+    class_slot: jnp.ndarray  # (P, 1 + C) int32 its slot
+    class_is_offer: jnp.ndarray  # (P, 1 + C) bool it is a NIC's offer
+    start: jnp.ndarray  # (P,) int64 when each port would start its chosen class (``start_times``)
+    chosen: jnp.ndarray  # (P,) int32 the chosen class, 0..C
+
+
 class Serving(NamedTuple):
     """The carry of the window's rounds: the state and what the window's start fixed."""
 
@@ -316,25 +341,46 @@ class Serving(NamedTuple):
     arrived: jnp.ndarray  # (Q,) int32 one past each queue's last packet arrived by its port's ``arrived_ps`` (the
     #   searches' hint; at the window start ``ServiceOrder.arrived_before``)
     used: jnp.ndarray  # (H,) int32 free slots each host has taken this window (``nic.FreeSlots``)
-    sent: jnp.ndarray  # () bool some port started a packet in the last round
+    front: Front  # the next round's first phases
+    sends: jnp.ndarray  # () bool some port starts a packet in the next round (``front``)
     pfc_seen: tuple  # ((P,) int64 held until, (P,) int64 next pause) x pfc.SEEN_PAUSES: the ports' PFC
     #   pauses seen from the window start (``pfc.seen_from``)
     arrived_ps: jnp.ndarray  # (P,) int64 the instant ``arrived`` counts each port's queues to: its last departure's start
 
 
-def serve_round(params: Params, serving: Serving, window_end_ps, order, free, upcoming) -> Serving:
-    """One round: every port starts at most one packet. ``order``: the window's
-    ``queues.service_order``; ``free``: its ``nic.free_slots``; ``upcoming``: see
-    ``upcoming_egress``. Its cost is per port and per flow, not per pool slot."""
-    state, head, used = serving.state, serving.head, serving.used
-    n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
+def round_front(params: Params, state: State, head, used, window_end_ps, order, free, seen) -> Front:
+    """What each port would start next (a round's first phases, before it changes
+    anything): the NICs' offers, every class queue's candidate, each port's start time
+    and class, from the queues' pointers ``head`` (Q,), the free slots each host has
+    taken ``used`` (H,) and the window's ``order``, ``free`` and PFC pauses ``seen``."""
     window_start_ps = window_end_ps - params.window_ps
     offer = nic.offer(params, state, window_start_ps, free, used)  # (H, C)
-    ready_ps, class_slot, class_is_offer = class_heads(params, state, offer, order, head, window_start_ps, serving.pfc_seen)  # (P, 1 + C)
-    start, chosen = start_times(params, state, ready_ps, window_start_ps, serving.pfc_seen)  # (P,)
+    ready_ps, class_slot, class_is_offer = class_heads(params, state, offer, order, head, window_start_ps, seen)  # (P, 1 + C)
+    start, chosen = start_times(params, state, ready_ps, window_start_ps, seen)  # (P,)
+    return Front(offer, ready_ps, class_slot, class_is_offer, start, chosen)
+
+
+def _chosen_is_offer(front: Front):
+    """(P,) bool each port's chosen candidate is its NIC's offer."""
+    return jnp.take_along_axis(front.class_is_offer, front.chosen[:, None], axis=1)[:, 0]
+
+
+def _front_sends(params: Params, front: Front, window_end_ps):
+    """() bool some port starts a packet in the round of ``front``."""
+    return jnp.any(_sending(params, front.offer, front.start, _chosen_is_offer(front), window_end_ps)[0])
+
+
+def serve_round(params: Params, serving: Serving, window_end_ps, order, free, upcoming) -> Serving:
+    """One round: every port starts at most one packet, as ``serving.front`` says, and
+    the next round's front is computed. ``order``: the window's
+    ``queues.service_order``; ``free``: its ``nic.free_slots``; ``upcoming``: see
+    ``upcoming_egress``. Its cost is per port and per flow, not per pool slot."""
+    state, head, used, front = serving.state, serving.head, serving.used, serving.front
+    n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
+    offer, start, chosen = front.offer, front.start, front.chosen
     chosen_queue = n_classes * jnp.arange(n_ports) + chosen
     head_packet = queues.at_head(order, head, chosen_queue)  # (P,) each: what a port serving its queue sends
-    heads = (class_slot, class_is_offer, ready_ps)
+    heads = (front.class_slot, front.class_is_offer, front.ready_ps)
     dep = depart(params, state, offer, start, chosen, heads, window_end_ps, head_packet)
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included (see watch_queues).
@@ -358,12 +404,15 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
         state = account_runs(params, state, ran).replace(packets=packets)
         next_head, arrived = next_head + ran.served, ran.ends
     state = nic_emit(params, state, offer, dep)
-    return Serving(state, next_head, arrived, used + host_creates(params, dep), jnp.any(dep.sends), serving.pfc_seen, arrived_ps)
+    next_used = used + host_creates(params, dep)
+    next_front = round_front(params, state, next_head, next_used, window_end_ps, order, free, serving.pfc_seen)
+    sends = _front_sends(params, next_front, window_end_ps)
+    return Serving(state, next_head, arrived, next_used, next_front, sends, serving.pfc_seen, arrived_ps)
 
 
 def window_start(params: Params, state: State, window_end_ps):
-    """What the window's rounds start from: the ``Serving`` carry, and what every round
-    reads (``serve_round``'s ``order``, ``free`` and ``upcoming``)."""
+    """What the window's rounds start from: the ``Serving`` carry (its first round's
+    front), and what every round reads (``serve_round``'s ``order``, ``free`` and ``upcoming``)."""
     order = queues.service_order(params, state.packets, window_end_ps, state.order)
     free = nic.free_slots(params, state.packets, pool.creatable_packets(params, state))
     upcoming = upcoming_egress(params, state.packets)
@@ -372,24 +421,32 @@ def window_start(params: Params, state: State, window_end_ps):
     # The searches start past the packets that arrived before the window (``ServiceOrder.arrived_before``).
     before_window = jnp.full(params.static.n_ports, window_end_ps - params.window_ps - 1)
     used = jnp.zeros(params.static.n_hosts, jnp.int32)
-    serving = Serving(state, start, order.arrived_before, used, jnp.bool_(True), seen, before_window)
+    front = round_front(params, state, start, used, window_end_ps, order, free, seen)
+    sends = _front_sends(params, front, window_end_ps)
+    serving = Serving(state, start, order.arrived_before, used, front, sends, seen, before_window)
     return serving, order, free, upcoming
 
 
 def transmit(params: Params, state: State, window_end_ps) -> State:
     serving, order, free, upcoming = window_start(params, state, window_end_ps)
-    # A round in which no port sends changes nothing, so a lockstep batch runs rounds until
-    # no experiment sends, without keeping each experiment's carry (ops/lockstep.while_any).
+    # Rounds run while the next one sends (its front, computed at the end of the last, says
+    # so): no round runs only to find that nothing can start. A round in which no port
+    # sends changes nothing, so a lockstep batch runs rounds until no experiment sends,
+    # without keeping each experiment's carry (ops/lockstep.while_any).
     serving = while_any(
-        lambda consts, serving: serving.sent,
+        lambda consts, serving: serving.sends,
         lambda consts, serving: serve_round(consts[0], serving, *consts[1:]),
         serving,
         (params, window_end_ps, order, free, upcoming),
     )
+    # A NIC whose host had no free slot for the packet it would have started next: the
+    # round that found nothing else to send would have flagged it (``account``).
+    _, _, pool_full = _sending(params, serving.front.offer, serving.front.start, _chosen_is_offer(serving.front), window_end_ps)
+    state = serving.state.replace(error=serving.state.error | jnp.where(jnp.any(pool_full), ERROR_POOL_FULL, 0))
     # The queue at the window's end closes the exact maximum (see watch_queues).
     everywhere = jnp.ones(params.static.n_ports, bool)
     end_bytes = queues.queued_bytes(order, serving.head, params.static.n_ports)
-    state = watch_queues(params, serving.state, everywhere, window_end_ps, end_bytes, 0)
+    state = watch_queues(params, state, everywhere, window_end_ps, end_bytes, 0)
     if not queues.sort_sizes(params.static.n_slots):  # a pool this small is sorted whole every window
         return state
     return state.replace(order=queues.keep(order, serving.head, window_end_ps))
