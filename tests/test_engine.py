@@ -10,6 +10,7 @@ import pytest
 from conftest import SMALL, padded_size, run_small, wire_sizes
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch, needed_static
+from multiverse_jax.components.experiment import ERROR_POOL_FULL
 from multiverse_jax.conf.schema import SimConfig, SwitchConfig
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
@@ -56,6 +57,31 @@ def test_pool_exhaustion_is_an_error():
     result = run_small([exp])[0]
     assert not result.ok
     assert "sim.packets_per_host" in result.summary["error"]
+
+
+def test_pool_exhaustion_is_flagged_in_the_window_it_happens():
+    """A NIC that would start a packet but finds every slot of its host taken raises the
+    error in that window, also where no other port starts anything after it (the window's
+    last round, which ``transmit`` no longer runs: the error comes from the last round's
+    look-ahead). One flow from h0 on 10 µs links, window by window: the error appears in
+    the first window that ends with all of h0's slots holding packets while h0's NIC port
+    fell free before the window's end (it would have started the next), and not before."""
+    far = fattree(4, 100.0, 10.0)
+    exp = Experiment(far, make_flows([0], [15], [2_000_000], [0]))
+    batch = build_batch([exp], static=SMALL, slots_per_host=SMALL.slots_per_host, batch_size=padded_size(1))
+    params, state = batch.params, batch.state
+    of_h0 = np.arange(SMALL.n_slots) % SMALL.n_hosts == 0  # the slots host 0 owns (column-major pool)
+    nic_port = int(np.asarray(params.nics.nic_port)[0, 0])
+    for _ in range(100):
+        window_end_ps = np.asarray(state.time_ps + params.window_ps)[0]
+        state = engine.advance(params, state, 1, batching="map")
+        all_taken = np.sum(np.asarray(state.packets.pkt_valid)[0] & of_h0) == SMALL.slots_per_host
+        would_send = np.asarray(state.ports.port_free_ps)[0, nic_port] < window_end_ps
+        flagged = bool(np.asarray(state.error)[0] & ERROR_POOL_FULL)
+        assert flagged == (all_taken and would_send), (all_taken, would_send, flagged)
+        if flagged:
+            return
+    pytest.fail("host 0's slots never ran out")
 
 
 def _chained_flows(kind, count=1):

@@ -360,14 +360,11 @@ def round_front(params: Params, state: State, head, used, window_end_ps, order, 
     return Front(offer, ready_ps, class_slot, class_is_offer, start, chosen)
 
 
-def _chosen_is_offer(front: Front):
-    """(P,) bool each port's chosen candidate is its NIC's offer."""
-    return jnp.take_along_axis(front.class_is_offer, front.chosen[:, None], axis=1)[:, 0]
-
-
-def _front_sends(params: Params, front: Front, window_end_ps):
-    """() bool some port starts a packet in the round of ``front``."""
-    return jnp.any(_sending(params, front.offer, front.start, _chosen_is_offer(front), window_end_ps)[0])
+def front_sending(params: Params, front: Front, window_end_ps):
+    """``_sending`` for the round of ``front``: (P,) bool each, the port starts a packet,
+    creates a NIC's new one, finds its host's pool full."""
+    chosen_is_offer = jnp.take_along_axis(front.class_is_offer, front.chosen[:, None], axis=1)[:, 0]
+    return _sending(params, front.offer, front.start, chosen_is_offer, window_end_ps)
 
 
 def serve_round(params: Params, serving: Serving, window_end_ps, order, free, upcoming) -> Serving:
@@ -406,7 +403,7 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     state = nic_emit(params, state, offer, dep)
     next_used = used + host_creates(params, dep)
     next_front = round_front(params, state, next_head, next_used, window_end_ps, order, free, serving.pfc_seen)
-    sends = _front_sends(params, next_front, window_end_ps)
+    sends = jnp.any(front_sending(params, next_front, window_end_ps)[0])
     return Serving(state, next_head, arrived, next_used, next_front, sends, serving.pfc_seen, arrived_ps)
 
 
@@ -422,7 +419,7 @@ def window_start(params: Params, state: State, window_end_ps):
     before_window = jnp.full(params.static.n_ports, window_end_ps - params.window_ps - 1)
     used = jnp.zeros(params.static.n_hosts, jnp.int32)
     front = round_front(params, state, start, used, window_end_ps, order, free, seen)
-    sends = _front_sends(params, front, window_end_ps)
+    sends = jnp.any(front_sending(params, front, window_end_ps)[0])
     serving = Serving(state, start, order.arrived_before, used, front, sends, seen, before_window)
     return serving, order, free, upcoming
 
@@ -441,7 +438,7 @@ def transmit(params: Params, state: State, window_end_ps) -> State:
     )
     # A NIC whose host had no free slot for the packet it would have started next: the
     # round that found nothing else to send would have flagged it (``account``).
-    _, _, pool_full = _sending(params, serving.front.offer, serving.front.start, _chosen_is_offer(serving.front), window_end_ps)
+    _, _, pool_full = front_sending(params, serving.front, window_end_ps)
     state = serving.state.replace(error=serving.state.error | jnp.where(jnp.any(pool_full), ERROR_POOL_FULL, 0))
     # The queue at the window's end closes the exact maximum (see watch_queues).
     everywhere = jnp.ones(params.static.n_ports, bool)
