@@ -54,7 +54,7 @@ def timed_ms(call) -> float:
 
 def rounds_only(params, serving, window_end_ps, order, free, upcoming):
     return while_any(
-        lambda consts, s: s.sends, lambda consts, s: transmit.serve_round(consts[0], s, *consts[1:]), serving,
+        lambda consts, s: jnp.any(s.front.sends), lambda consts, s: transmit.serve_round(consts[0], s, *consts[1:]), serving,
         (params, window_end_ps, order, free, upcoming),
     )  # fmt: skip
 

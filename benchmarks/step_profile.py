@@ -59,9 +59,9 @@ def transmit_rounds(params, state):
         # A port sends the packets it took from its queues (a run: several) and those its NIC created.
         taken = (new.head - serving.head).reshape(-1, n_classes).sum(axis=1, dtype=jnp.int32)
         created = jnp.zeros_like(sends).at[params.nics.nic_port].add(new.used - serving.used)
-        return new, new.sends, rounds + 1, sends + taken + created
+        return new, jnp.any(new.front.sends), rounds + 1, sends + taken + created
 
-    init = (serving, serving.sends, 0, jnp.zeros(params.static.n_ports, jnp.int32))
+    init = (serving, jnp.any(serving.front.sends), 0, jnp.zeros(params.static.n_ports, jnp.int32))
     return jax.lax.while_loop(lambda c: c[1], body, init)[2:]
 
 

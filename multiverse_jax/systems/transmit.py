@@ -126,23 +126,18 @@ def start_times(params: Params, state: State, ready_ps, window_start_ps, seen):
     return jnp.min(class_start, axis=1), chosen
 
 
-def depart(
-    params: Params, state: State, offer: nic.NicOffer, start, chosen, heads, window_end_ps, head_packet
-) -> Departures:
-    """What each port starts: the chosen class's candidate (``heads``: ``class_heads``'
-    slots, offer flags and availability times, (P, 1 + C) each; ``head_packet``: the
-    queued packet at the head of the chosen class; with switch.pipeline=serial, its rank
-    is the order it left its switch's pipeline in, ``forward.pipeline_ranks``), if it
-    starts inside the window; its wire size and serialisation; its arrival at the far
-    end, when that arrival is scheduled and its rank. A NIC whose host has no free slot
-    starts nothing (``ERROR_POOL_FULL``)."""
-    class_slot, class_is_offer, class_ready_ps = (
-        jnp.take_along_axis(a, chosen[:, None], axis=1)[:, 0] for a in heads
-    )  # the chosen class's, (P,) each
+def depart(params: Params, state: State, front: Front, head_packet) -> Departures:
+    """What each port starts, as its ``front`` chose (``round_front``: the chosen class's
+    candidate, if it starts inside the window; ``head_packet``: the queued packet at the
+    head of the chosen class; with switch.pipeline=serial, its rank is the order it left
+    its switch's pipeline in, ``forward.pipeline_ranks``): its wire size and
+    serialisation; its arrival at the far end, when that arrival is scheduled and its
+    rank. A NIC whose host has no free slot starts nothing (``ERROR_POOL_FULL``)."""
+    offer, start, chosen, sends, creates = front.offer, front.start, front.chosen, front.sends, front.creates
+    class_slot, class_ready_ps = (_of_chosen(a, chosen) for a in (front.class_slot, front.ready_ps))  # (P,) each
     host, _ = _nic_host(params)
     use_ctrl = chosen == 0
     data_class = jnp.maximum(chosen - 1, 0)
-    sends, creates, pool_full = _sending(params, offer, start, class_is_offer, window_end_ps)
     slot = class_slot
     is_data = creates | ~head_packet.is_ack
     wire_bytes = jnp.where(creates, offer.wire_bytes[host, data_class], head_packet.wire_bytes)
@@ -156,9 +151,14 @@ def depart(
     arriving_rank = jnp.where(creates, offer.flow[host, data_class], head_packet.rank)
     busy_rank, rank = _ranks(state.ports, class_ready_ps, arriving_rank, start + ser_ps)
     return Departures(
-        start, use_ctrl, data_class, sends, is_data, creates, pool_full, slot, wire_bytes, ser_ps, arrival_ps,
+        start, use_ctrl, data_class, sends, is_data, creates, front.pool_full, slot, wire_bytes, ser_ps, arrival_ps,
         scheduled_ps, prior_ps, busy_rank, rank,
     )  # fmt: skip
+
+
+def _of_chosen(per_class, chosen):
+    """(P,) each port's entry of ``per_class`` (P, 1 + C) for its ``chosen`` class (P,)."""
+    return jnp.take_along_axis(per_class, chosen[:, None], axis=1)[:, 0]
 
 
 def _sending(params: Params, offer: nic.NicOffer, start, is_offer, window_end_ps):
@@ -331,6 +331,9 @@ class Front(NamedTuple):
     class_is_offer: jnp.ndarray  # (P, 1 + C) bool it is a NIC's offer
     start: jnp.ndarray  # (P,) int64 when each port would start its chosen class (``start_times``)
     chosen: jnp.ndarray  # (P,) int32 the chosen class, 0..C
+    sends: jnp.ndarray  # (P,) bool the port starts a packet inside the window (``_sending``)
+    creates: jnp.ndarray  # (P,) bool it is a NIC's new data packet
+    pool_full: jnp.ndarray  # (P,) bool a NIC would create one, but its host has no free slot (it starts nothing)
 
 
 class Serving(NamedTuple):
@@ -341,8 +344,7 @@ class Serving(NamedTuple):
     arrived: jnp.ndarray  # (Q,) int32 one past each queue's last packet arrived by its port's ``arrived_ps`` (the
     #   searches' hint; at the window start ``ServiceOrder.arrived_before``)
     used: jnp.ndarray  # (H,) int32 free slots each host has taken this window (``nic.FreeSlots``)
-    front: Front  # the next round's first phases
-    sends: jnp.ndarray  # () bool some port starts a packet in the next round (``front``)
+    front: Front  # the next round's first phases (the loop runs while some port of it sends)
     pfc_seen: tuple  # ((P,) int64 held until, (P,) int64 next pause) x pfc.SEEN_PAUSES: the ports' PFC
     #   pauses seen from the window start (``pfc.seen_from``)
     arrived_ps: jnp.ndarray  # (P,) int64 the instant ``arrived`` counts each port's queues to: its last departure's start
@@ -357,14 +359,8 @@ def round_front(params: Params, state: State, head, used, window_end_ps, order, 
     offer = nic.offer(params, state, window_start_ps, free, used)  # (H, C)
     ready_ps, class_slot, class_is_offer = class_heads(params, state, offer, order, head, window_start_ps, seen)  # (P, 1 + C)
     start, chosen = start_times(params, state, ready_ps, window_start_ps, seen)  # (P,)
-    return Front(offer, ready_ps, class_slot, class_is_offer, start, chosen)
-
-
-def front_sending(params: Params, front: Front, window_end_ps):
-    """``_sending`` for the round of ``front``: (P,) bool each, the port starts a packet,
-    creates a NIC's new one, finds its host's pool full."""
-    chosen_is_offer = jnp.take_along_axis(front.class_is_offer, front.chosen[:, None], axis=1)[:, 0]
-    return _sending(params, front.offer, front.start, chosen_is_offer, window_end_ps)
+    sending = _sending(params, offer, start, _of_chosen(class_is_offer, chosen), window_end_ps)
+    return Front(offer, ready_ps, class_slot, class_is_offer, start, chosen, *sending)
 
 
 def serve_round(params: Params, serving: Serving, window_end_ps, order, free, upcoming) -> Serving:
@@ -374,11 +370,10 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     ``upcoming_egress``. Its cost is per port and per flow, not per pool slot."""
     state, head, used, front = serving.state, serving.head, serving.used, serving.front
     n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
-    offer, start, chosen = front.offer, front.start, front.chosen
+    offer, chosen = front.offer, front.chosen
     chosen_queue = n_classes * jnp.arange(n_ports) + chosen
     head_packet = queues.at_head(order, head, chosen_queue)  # (P,) each: what a port serving its queue sends
-    heads = (front.class_slot, front.class_is_offer, front.ready_ps)
-    dep = depart(params, state, offer, start, chosen, heads, window_end_ps, head_packet)
+    dep = depart(params, state, front, head_packet)
     # Queue just before each departure: everything queued at the port that has arrived by
     # then, the departing packet included (see watch_queues).
     # The last round's ends start the search: a port's next departure starts no earlier. A
@@ -403,8 +398,7 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     state = nic_emit(params, state, offer, dep)
     next_used = used + host_creates(params, dep)
     next_front = round_front(params, state, next_head, next_used, window_end_ps, order, free, serving.pfc_seen)
-    sends = jnp.any(front_sending(params, next_front, window_end_ps)[0])
-    return Serving(state, next_head, arrived, next_used, next_front, sends, serving.pfc_seen, arrived_ps)
+    return Serving(state, next_head, arrived, next_used, next_front, serving.pfc_seen, arrived_ps)
 
 
 def window_start(params: Params, state: State, window_end_ps):
@@ -419,8 +413,7 @@ def window_start(params: Params, state: State, window_end_ps):
     before_window = jnp.full(params.static.n_ports, window_end_ps - params.window_ps - 1)
     used = jnp.zeros(params.static.n_hosts, jnp.int32)
     front = round_front(params, state, start, used, window_end_ps, order, free, seen)
-    sends = jnp.any(front_sending(params, front, window_end_ps)[0])
-    serving = Serving(state, start, order.arrived_before, used, front, sends, seen, before_window)
+    serving = Serving(state, start, order.arrived_before, used, front, seen, before_window)
     return serving, order, free, upcoming
 
 
@@ -431,15 +424,15 @@ def transmit(params: Params, state: State, window_end_ps) -> State:
     # sends changes nothing, so a lockstep batch runs rounds until no experiment sends,
     # without keeping each experiment's carry (ops/lockstep.while_any).
     serving = while_any(
-        lambda consts, serving: serving.sends,
+        lambda consts, serving: jnp.any(serving.front.sends),
         lambda consts, serving: serve_round(consts[0], serving, *consts[1:]),
         serving,
         (params, window_end_ps, order, free, upcoming),
     )
     # A NIC whose host had no free slot for the packet it would have started next: the
     # round that found nothing else to send would have flagged it (``account``).
-    _, _, pool_full = front_sending(params, serving.front, window_end_ps)
-    state = serving.state.replace(error=serving.state.error | jnp.where(jnp.any(pool_full), ERROR_POOL_FULL, 0))
+    pool_full = jnp.any(serving.front.pool_full)
+    state = serving.state.replace(error=serving.state.error | jnp.where(pool_full, ERROR_POOL_FULL, 0))
     # The queue at the window's end closes the exact maximum (see watch_queues).
     everywhere = jnp.ones(params.static.n_ports, bool)
     end_bytes = queues.queued_bytes(order, serving.head, params.static.n_ports)
