@@ -10,13 +10,15 @@ from multiverse_jax.batch import build_batch
 from multiverse_jax.components.static import Static
 from multiverse_jax.simulate import simulate
 
-# One shape for every small test network (k=4 fat-tree: 36 nodes, 16 hosts, 96 ports).
+# One shape for every small test network (k=4 fat-tree: 36 nodes, 16 hosts, 96 ports), roomy
+# enough for the invariants' trigger chains and the task graphs' tests: each engine program
+# costs ~10-15 s to compile on 2 cores, ~70 % of the suite's time, so tests share this one.
 SMALL = Static(
     n_nodes=40,
     n_hosts=16,
     n_ports=96,
     n_flows=16,
-    n_triggers=4,
+    n_triggers=16,  # up to one per flow (test_invariants' chains)
     n_activators=4,
     route_width=4,
     pinned_len=8,
@@ -25,6 +27,8 @@ SMALL = Static(
     n_samples=64,  # time series on (the schema's sim.sample_interval_us), 64 windows per call
     path_len=8,  # longest flow path in links (a fat-tree path has 6)
     run_packets=8,  # transmit rounds start runs of packets (ops/runs.py): every test checks them
+    n_tasks=32,  # task graphs (test_tasks, test_flow_mode's packet runs)
+    task_deps=4,
 )
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SMALL, padded_size, store_and_forward_ps, wire_sizes
+from conftest import SMALL, padded_size, run_small, store_and_forward_ps, wire_sizes
 from test_invariants import networks
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch, needed_static
@@ -38,10 +38,7 @@ GBPS = 10**9
 K4 = fattree(4, 100.0, 1.0)
 FLOW = SimConfig(mode="flow")
 # One shape for every flow-mode test (one compiled flow-level program); no packet pool needed.
-FLOW_SMALL = dataclasses.replace(
-    SMALL, slots_per_host=1, path_len=8, flow_level=True, n_data_classes=2, n_tasks=32, task_deps=4
-)
-PACKET_TASKS = dataclasses.replace(SMALL, n_tasks=32, task_deps=4)
+FLOW_SMALL = dataclasses.replace(SMALL, slots_per_host=1, path_len=8, flow_level=True, n_data_classes=2)
 
 
 def run_flow(experiments, batching="auto"):
@@ -177,8 +174,7 @@ def test_random_networks_conserve_bytes_and_respect_capacity(experiments):
     faster than its slowest link, and no link carries more data than its rate allows
     over the run."""
     experiments = [dataclasses.replace(e, sim=dataclasses.replace(e.sim, mode="flow")) for e in experiments]
-    static = dataclasses.replace(FLOW_SMALL, n_triggers=16)
-    batch = build_batch(experiments, static=static, slots_per_host=1)
+    batch = build_batch(experiments, static=FLOW_SMALL, slots_per_host=1)
     state, _ = engine.run(batch.params, batch.state, steps_per_call=4)
     data_paths = np.asarray(jax.jit(jax.vmap(lambda p: flow_paths(p)[0]))(batch.params))
     for e, (exp, result) in enumerate(zip(experiments, results(batch, state))):
@@ -380,7 +376,7 @@ def run_both(graph):
     """(flow mode, packet mode) results of one task graph on the k=4 fat-tree."""
     fluid = run_flow([flow_exp(K4, graph.flow_set(), tasks=graph)])[0]
     packet = Experiment(K4, graph.flow_set(), tasks=graph)
-    return fluid, simulate([packet], slots_per_host=SMALL.slots_per_host, static=PACKET_TASKS)[0]
+    return fluid, run_small([packet])[0]  # the tests' shared packet program (SMALL has room for the tasks)
 
 
 def test_task_ring_in_flow_mode():

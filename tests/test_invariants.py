@@ -20,7 +20,7 @@ from multiverse_jax.workload.flows import TRIGGER_ONESHOT, FlowSet, Triggers, ma
 from multiverse_jax.workload.routes import PinnedRoutes
 
 PS = 1_000_000
-SHAPES = dataclasses.replace(SMALL, n_triggers=16)  # up to one trigger per flow
+SHAPES = SMALL  # up to one trigger per flow: the shared program
 
 
 @st.composite

@@ -6,11 +6,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import SMALL, store_and_forward_ps, wire_sizes
+from conftest import run_small, store_and_forward_ps, wire_sizes
 from multiverse_jax.conf.schema import WorkloadConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.errors import InputError
-from multiverse_jax.simulate import simulate
 from multiverse_jax.topology import fattree
 from multiverse_jax.workload.flows import make_flows
 from multiverse_jax.workload.placement import combine, place, placement
@@ -18,12 +17,12 @@ from multiverse_jax.workload.tasks import STREAM_COMM, STREAM_COMPUTE, TaskGraph
 
 K4 = fattree(4, 100.0, 1.0)
 US = 1_000_000
-TASKS = dataclasses.replace(SMALL, n_tasks=16, task_deps=4)
 
 
 def run(experiments):
-    """At TASKS, padded to two experiments (done copies never step): one program for the module."""
-    return simulate(experiments, slots_per_host=SMALL.slots_per_host, static=TASKS, batch_size=2)
+    """At SMALL (room for 32 tasks of 4 dependencies), padded to ``BATCH_QUANTUM``
+    experiments (done copies never step): the program the other modules' tests share."""
+    return run_small(experiments)
 
 
 def ping_pong():
