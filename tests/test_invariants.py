@@ -20,7 +20,6 @@ from multiverse_jax.workload.flows import TRIGGER_ONESHOT, FlowSet, Triggers, ma
 from multiverse_jax.workload.routes import PinnedRoutes
 
 PS = 1_000_000
-SHAPES = SMALL  # up to one trigger per flow: the shared program
 
 
 @st.composite
@@ -118,10 +117,10 @@ def test_conservation_in_hybrid_mode(experiments, restore):
         dataclasses.replace(e, sim=dataclasses.replace(e.sim, mode="hybrid"), hybrid=HybridConfig(restore=restore, **EAGER))
         for e in experiments
     ]
-    check_invariants(hybrid, dataclasses.replace(SHAPES, steady_window=EAGER["window"]))
+    check_invariants(hybrid, dataclasses.replace(SMALL, steady_window=EAGER["window"]))
 
 
-def check_invariants(experiments, shapes=SHAPES):
+def check_invariants(experiments, shapes=SMALL):  # SMALL: up to one trigger per flow
     """Run ``experiments`` as one batch (padded to ``shapes`` and to ``padded_size``: one
     program for 1 to 3 experiments) and check every invariant; the final state."""
     batch = build_batch(experiments, static=shapes, slots_per_host=shapes.slots_per_host, batch_size=padded_size(len(experiments)))

@@ -19,12 +19,6 @@ K4 = fattree(4, 100.0, 1.0)
 US = 1_000_000
 
 
-def run(experiments):
-    """At SMALL (room for 32 tasks of 4 dependencies), padded to ``BATCH_QUANTUM``
-    experiments (done copies never step): the program the other modules' tests share."""
-    return run_small(experiments)
-
-
 def ping_pong():
     """gpu0 computes 5 us, sends 100 KB to gpu1 (same ToR), which computes 2 us and sends
     50 KB back; gpu0 then computes 1 us."""
@@ -39,7 +33,7 @@ def ping_pong():
 
 def test_task_times_follow_the_closed_form():
     graph = ping_pong()
-    result = run([Experiment(K4, graph.flow_set(), tasks=graph)])[0]
+    result = run_small([Experiment(K4, graph.flow_set(), tasks=graph)])[0]
     assert result.ok, result.summary
     # h0 -> tor0 -> h1: two 100 Gb/s, 1 us links; a flow task ends when the receiver has it all.
     rx1, _ = store_and_forward_ps(wire_sizes(100_000), [100 * 10**9] * 2, [US] * 2)
@@ -65,7 +59,7 @@ def test_streams_overlap_and_serialise():
     b.delay(0, 1 * US, stream=STREAM_COMPUTE, name="after the compute")  # waits for "long compute"
     b.send(0, 14, 10_000, stream=STREAM_COMM, name="after the send")  # waits for "overlapping send"
     graph = b.build()
-    result = run([Experiment(K4, graph.flow_set(), tasks=graph)])[0]
+    result = run_small([Experiment(K4, graph.flow_set(), tasks=graph)])[0]
     t = result.tasks
     assert t["start_ps"][1] == 0  # the send does not wait for the compute
     assert t["start_ps"][2] == 30 * US
@@ -105,8 +99,8 @@ def test_two_jobs_on_disjoint_hosts_run_as_if_alone():
     first = place(small, placement("packed", 2, 16), 16)
     second = place(small, placement("packed", 2, 16, first_host=8), 16)
     both = combine([first, second])
-    together = run([Experiment(K4, both.flow_set(), tasks=both)])[0]
-    alone = run([Experiment(K4, first.flow_set(), tasks=first)])[0]
+    together = run_small([Experiment(K4, both.flow_set(), tasks=both)])[0]
+    alone = run_small([Experiment(K4, first.flow_set(), tasks=first)])[0]
     assert together.ok and alone.ok
     n = len(first)
     np.testing.assert_array_equal(together.tasks["finish_us"][:n], alone.tasks["finish_us"])
@@ -117,9 +111,9 @@ def test_two_jobs_on_disjoint_hosts_run_as_if_alone():
 def test_task_and_flow_experiments_batch_bit_for_bit():
     graph = ping_pong()
     exps = [Experiment(K4, graph.flow_set(), tasks=graph), Experiment(K4, make_flows([3, 4], [12, 2], 80_000, [0, 2 * US]))]
-    together = run(exps)
+    together = run_small(exps)
     for exp, batched in zip(exps, together):
-        alone = run([exp])[0]
+        alone = run_small([exp])[0]
         np.testing.assert_array_equal(batched.flows["finish_us"], alone.flows["finish_us"])
         if exp.tasks is not None:
             np.testing.assert_array_equal(batched.tasks["finish_us"], alone.tasks["finish_us"])
@@ -143,7 +137,7 @@ def test_compute_that_overlaps_communication_is_slowed():
     wait = b.delay(0, 50 * US, [during], stream=STREAM_COMPUTE, name="wait")
     after = b.delay(0, 10 * US, [wait, send], stream=STREAM_COMPUTE, name="after the send")
     graph = b.build()
-    slow, plain = run(
+    slow, plain = run_small(
         [
             Experiment(K4, graph.flow_set(), tasks=graph, workload=WorkloadConfig(compute_slowdown=1.5)),
             Experiment(K4, graph.flow_set(), tasks=graph),

@@ -13,7 +13,7 @@ is at least the window. Each round (``serve_round``), all ports of all experimen
 one packet, and with ``Static.run_packets`` > 1 some ports also the packets queued behind
 it that the next rounds would start there, in any of its classes (a run, ``ops/runs.py``); rounds repeat until
 no port can start another packet inside the window. Each round ends by working out what
-every port would start in the next (its ``Front``: the offers, class candidates and start
+every port would start in the next (its ``Front``: the offers, each port's chosen candidate and start
 times), so the window stops after its last round that sends, not after a round that finds
 nothing to send (on the htsim sweep's point 1-11 rounds a window sent, 3-5 on average in
 its busy stretches; each window ran one more before).
@@ -134,11 +134,10 @@ def depart(params: Params, state: State, front: Front, head_packet) -> Departure
     serialisation; its arrival at the far end, when that arrival is scheduled and its
     rank. A NIC whose host has no free slot starts nothing (``ERROR_POOL_FULL``)."""
     offer, start, chosen, sends, creates = front.offer, front.start, front.chosen, front.sends, front.creates
-    class_slot, class_ready_ps = (_of_chosen(a, chosen) for a in (front.class_slot, front.ready_ps))  # (P,) each
     host, _ = _nic_host(params)
     use_ctrl = chosen == 0
     data_class = jnp.maximum(chosen - 1, 0)
-    slot = class_slot
+    slot = front.slot
     is_data = creates | ~head_packet.is_ack
     wire_bytes = jnp.where(creates, offer.wire_bytes[host, data_class], head_packet.wire_bytes)
     ser_ps = serialization_ps(wire_bytes, params.links.link_rate_bps)
@@ -149,7 +148,7 @@ def depart(params: Params, state: State, front: Front, head_packet) -> Departure
     fresh_link = start + ser_ps >= state.ports.port_last_arrival_ps
     prior_ps = jnp.where(fresh_link, start, state.ports.port_last_scheduled_ps)
     arriving_rank = jnp.where(creates, offer.flow[host, data_class], head_packet.rank)
-    busy_rank, rank = _ranks(state.ports, class_ready_ps, arriving_rank, start + ser_ps)
+    busy_rank, rank = _ranks(state.ports, front.ready_ps, arriving_rank, start + ser_ps)
     return Departures(
         start, use_ctrl, data_class, sends, is_data, creates, front.pool_full, slot, wire_bytes, ser_ps, arrival_ps,
         scheduled_ps, prior_ps, busy_rank, rank,
@@ -326,11 +325,10 @@ class Front(NamedTuple):
     whether another round sends before it runs one."""
 
     offer: nic.NicOffer  # (H, C) each (``slot``, ``has_slot``: (H,)) what each NIC offers
-    ready_ps: jnp.ndarray  # (P, 1 + C) int64 when each class candidate is available (``class_heads``)
-    class_slot: jnp.ndarray  # (P, 1 + C) int32 its slot
-    class_is_offer: jnp.ndarray  # (P, 1 + C) bool it is a NIC's offer
     start: jnp.ndarray  # (P,) int64 when each port would start its chosen class (``start_times``)
     chosen: jnp.ndarray  # (P,) int32 the chosen class, 0..C
+    ready_ps: jnp.ndarray  # (P,) int64 when the chosen class's candidate is available (``class_heads``)
+    slot: jnp.ndarray  # (P,) int32 its slot (a NIC's offer: the free slot it would take)
     sends: jnp.ndarray  # (P,) bool the port starts a packet inside the window (``_sending``)
     creates: jnp.ndarray  # (P,) bool it is a NIC's new data packet
     pool_full: jnp.ndarray  # (P,) bool a NIC would create one, but its host has no free slot (it starts nothing)
@@ -359,8 +357,8 @@ def round_front(params: Params, state: State, head, used, window_end_ps, order, 
     offer = nic.offer(params, state, window_start_ps, free, used)  # (H, C)
     ready_ps, class_slot, class_is_offer = class_heads(params, state, offer, order, head, window_start_ps, seen)  # (P, 1 + C)
     start, chosen = start_times(params, state, ready_ps, window_start_ps, seen)  # (P,)
-    sending = _sending(params, offer, start, _of_chosen(class_is_offer, chosen), window_end_ps)
-    return Front(offer, ready_ps, class_slot, class_is_offer, start, chosen, *sending)
+    ready_ps, slot, is_offer = (_of_chosen(a, chosen) for a in (ready_ps, class_slot, class_is_offer))  # (P,) each
+    return Front(offer, start, chosen, ready_ps, slot, *_sending(params, offer, start, is_offer, window_end_ps))
 
 
 def serve_round(params: Params, serving: Serving, window_end_ps, order, free, upcoming) -> Serving:
