@@ -1,0 +1,150 @@
+"""What a window costs on this backend: a fixed part, a part per transmit round, and what
+one XLA kernel costs by itself.
+
+Two measurements, each printed as a table and written to JSON:
+
+1. **Kernel launch.** Chains of ``--chain`` scatters (one kernel each, as XLA compiles
+   them: nothing fuses two scatters) on arrays of 8 elements, a port's array (768, the
+   k=8 fat-tree's ports) and a pool prefix's (32,768), in a ``fori_loop``, so that only
+   the kernels are timed: the time per kernel on 8 elements is what the runtime costs
+   per kernel, whatever the kernel does; the larger arrays' time per element is the work.
+2. **Windows.** One point of ``sweep_vs_htsim.py``'s sweep (``kernel_profile.sweep_point``:
+   k-ary fat-tree permutation, RoCE with PFC, htsim's configuration) is run to each of
+   ``--at`` windows, then ``--windows`` windows are timed one per call (best of
+   ``--repeats`` from the same state) and their transmit rounds counted
+   (``step_profile.transmit_rounds``). A least-squares line ms = fixed + per_round x rounds
+   splits a window's time into what every window pays (the systems outside the rounds,
+   the window's start, its first round) and what each further round adds. The same
+   windows are also timed as one call: what a call costs beyond its windows (the live
+   prefix copied out and back, the host's dispatch), paid once per call of the sweep's
+   64 windows but once per window here, is (sum of the one-window calls - the one call)
+   / (windows - 1), and it is taken out of each window's time. Where the rounds hardly
+   vary (the run's light end: one round a window) the line says nothing; the table then
+   gives the mean only.
+
+So it says how much a change can win before it is built: fewer rounds win at most
+per_round x (rounds - 1) a window; a smaller fixed part wins everywhere.
+
+    python benchmarks/window_cost.py --at 300,450,700,1200 --windows 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernel_profile import rounds_and_sends, sweep_point  # benchmarks/, run as a script
+from multiverse_jax import engine
+
+
+def kernel_launch(n_elements: int, chain: int, iterations: int = 2000) -> float:
+    """µs per kernel of a chain of ``chain`` scatter-adds on ``n_elements`` int64 entries
+    (a permutation's indices, as the engine's scatters), ``iterations`` times in one
+    compiled loop, less the loop with a chain of one."""
+
+    def loop(length):
+        index = (jnp.arange(n_elements) * 7919) % n_elements
+
+        def body(i, x):
+            for j in range(length):
+                x = x.at[index].add(j)
+            return x
+
+        return jax.jit(lambda x: jax.lax.fori_loop(0, iterations, body, x))
+
+    x = jnp.arange(n_elements, dtype=jnp.int64)
+    seconds = {}
+    for length in (1, chain):
+        program = loop(length)
+        jax.block_until_ready(program(x))
+        runs = []
+        for _ in range(3):
+            began = time.perf_counter()
+            jax.block_until_ready(program(x))
+            runs.append(time.perf_counter() - began)
+        seconds[length] = min(runs)
+    return (seconds[chain] - seconds[1]) / iterations / (chain - 1) * 1e6
+
+
+def best_call_ms(program, params, state, n_steps: int, repeats: int):
+    """The state after ``program(params, state, n_steps)`` and its best time of ``repeats``, ms."""
+    best = np.inf
+    for _ in range(repeats):
+        began = time.perf_counter()
+        after = jax.block_until_ready(program(params, state, n_steps))
+        best = min(best, time.perf_counter() - began)
+    return after, best * 1e3
+
+
+def window_times(params, state, n_windows: int, repeats: int):
+    """(n_windows,) ms of each window, less a call's own cost, and (n_windows,) its
+    packet-hops; the state after them; the call's own cost, ms."""
+    program = engine.lower_advance(params, state, 1).compile()  # n_steps is traced: one program for any count
+    _, stretch_ms = best_call_ms(program, params, state, n_windows, repeats)
+    ms, hops = [], []
+    for _ in range(n_windows):
+        after, best = best_call_ms(program, params, state, 1, repeats)
+        ms.append(best)
+        hops.append(int(np.sum(after.n_packet_hops) - np.sum(state.n_packet_hops)))
+        state = after
+    per_call_ms = (sum(ms) - stretch_ms) / (n_windows - 1)
+    return np.array(ms) - per_call_ms, np.array(hops), state, per_call_ms
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--k", type=int, default=8)
+    p.add_argument("--flow-bytes", type=int, default=4_000_000)
+    p.add_argument("--slots-per-host", type=int, default=512)
+    p.add_argument("--at", default="300,450,700,1200", help="windows to run before each timed stretch")
+    p.add_argument("--windows", type=int, default=30, help="windows timed at each")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per window (the best counts)")
+    p.add_argument("--chain", type=int, default=64, help="kernels in the launch test's chain")
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/window_cost.json"))
+    args = p.parse_args(argv)
+
+    launch = {n: kernel_launch(n, args.chain) for n in (8, 768, 32768)}
+    print(f"{'elements':>9s} {'µs/kernel':>10s} {'ns/element':>11s}")
+    for n, us in launch.items():
+        print(f"{n:9d} {us:10.3f} {us * 1e3 / n:11.3f}")
+
+    batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host)
+    params, state = batch.params, batch.state
+    stretches, done = [], 0
+    for at in sorted(int(a) for a in args.at.split(",")):
+        state = jax.block_until_ready(engine.advance(params, state, at - done))
+        rounds, _ = rounds_and_sends(params, state, args.windows)
+        ms, hops, after, per_call_ms = window_times(params, state, args.windows, args.repeats)
+        done, state = at + args.windows, after
+        rounds = np.array(rounds)
+        fixed = per_round = None
+        if np.std(rounds) >= 0.5:  # else the rounds do not vary enough for a line
+            fixed, per_round = (float(x) for x in np.linalg.lstsq(np.vstack([np.ones_like(ms), rounds]).T, ms, rcond=None)[0])
+        stretches.append({
+            "at": at, "ms": ms.tolist(), "rounds": rounds.tolist(), "packet_hops": hops.tolist(),
+            "call_ms": per_call_ms, "fixed_ms": fixed, "per_round_ms": per_round,
+        })  # fmt: skip
+    print(f"\n{'window':>7s} {'ms':>6s} {'rounds':>7s} {'hops':>6s} {'call ms':>8s} {'fixed ms':>9s} {'ms/round':>9s} {'rounds 2+':>10s}")
+    for s in stretches:
+        mean_ms, mean_rounds = np.mean(s["ms"]), np.mean(s["rounds"])
+        line = f"{s['at']:7d} {mean_ms:6.2f} {mean_rounds:7.2f} {np.mean(s['packet_hops']):6.0f} {s['call_ms']:8.2f}"
+        if s["per_round_ms"] is not None:  # the share of a window the rounds after the first take
+            line += f" {s['fixed_ms']:9.2f} {s['per_round_ms']:9.3f} {s['per_round_ms'] * (mean_rounds - 1) / mean_ms:10.1%}"
+        print(line)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "args": {k: str(v) for k, v in vars(args).items()}, "jax": jax.__version__, "backend": jax.default_backend(),
+        "kernel_launch_us": {str(n): us for n, us in launch.items()}, "stretches": stretches,
+    }, indent=2) + "\n")  # fmt: skip
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
