@@ -18,12 +18,21 @@ Two measurements, each printed as a table and written to JSON:
    windows are also timed as one call: what a call costs beyond its windows (the live
    prefix copied out and back, the host's dispatch), paid once per call of the sweep's
    64 windows but once per window here, is (sum of the one-window calls - the one call)
-   / (windows - 1), and it is taken out of each window's time. Where the rounds hardly
-   vary (the run's light end: one round a window) the line says nothing; the table then
-   gives the mean only.
+   / (windows - 1), and it is taken out of each window's time. One window's time on a
+   shared machine varies by ±30 %, so a stretch's own line moves from run to run; the
+   ``pooled`` line, one cost per round for every stretch whose rounds vary and a fixed
+   part of each stretch's own (the pool's live prefix differs along a run), is the one to
+   read. Where the rounds hardly vary (the run's light end: one round a window) a stretch
+   has no line.
+
+3. **Ports per round.** Over the same windows, how many ports start a packet in each
+   round (its ``Front``'s ``sends``), and whether a port that starts nothing in a round
+   ever starts one later in its window (its queues, its NIC's offers and PFC's pauses do
+   not change while it waits: it should not).
 
 So it says how much a change can win before it is built: fewer rounds win at most
-per_round x (rounds - 1) a window; a smaller fixed part wins everywhere.
+per_round x (rounds - 1) a window; a smaller fixed part wins everywhere; rounds that run
+only on the ports still sending would cost what those ports cost.
 
     python benchmarks/window_cost.py --at 300,450,700,1200 --windows 30
 """
@@ -41,6 +50,9 @@ import numpy as np
 
 from kernel_profile import rounds_and_sends, sweep_point  # benchmarks/, run as a script
 from multiverse_jax import engine
+from multiverse_jax.systems.transmit import serve_round, window_start
+
+MOST_ROUNDS = 64  # rounds a window's count per round holds (the sweep's point runs at most 12)
 
 
 def kernel_launch(n_elements: int, chain: int, iterations: int = 2000) -> float:
@@ -97,6 +109,58 @@ def window_times(params, state, n_windows: int, repeats: int):
     return np.array(ms) - per_call_ms, np.array(hops), state, per_call_ms
 
 
+@jax.jit
+def ports_per_round(params, state):
+    """One experiment's window: (MOST_ROUNDS,) int32 the ports that start a packet in each
+    round, () int32 its rounds, () bool some port started one after a round it started none."""
+    end = state.time_ps + params.window_ps
+    state = engine.systems_before("transmit", params, state, end)
+    serving, order, free, upcoming = window_start(params, state, end)
+
+    def one_round(carry):
+        serving, n_rounds, counts, idle_before, came_back = carry
+        sends = serving.front.sends
+        counts = counts.at[n_rounds].set(jnp.sum(sends, dtype=jnp.int32), mode="drop")
+        came_back = came_back | jnp.any(sends & idle_before)
+        served = serve_round(params, serving, end, order, free, upcoming)
+        return served, n_rounds + 1, counts, idle_before | ~sends, came_back
+
+    idle = jnp.zeros(params.static.n_ports, bool)
+    carry = (serving, jnp.int32(0), jnp.zeros(MOST_ROUNDS, jnp.int32), idle, jnp.bool_(False))
+    _, n_rounds, counts, _, came_back = jax.lax.while_loop(lambda c: jnp.any(c[0].front.sends), one_round, carry)
+    return counts, n_rounds, came_back
+
+
+def sending_ports(params, state, n_windows: int):
+    """Over ``n_windows`` windows of the batch's first experiment: (rounds,) the mean ports
+    that start a packet in each round (over the windows that run it), and whether a port
+    ever started one after a round it started none."""
+    first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
+    per_round, came_back = [[] for _ in range(MOST_ROUNDS)], False
+    for _ in range(n_windows):
+        counts, n_rounds, back = jax.device_get(ports_per_round(first(params), first(state)))
+        for r in range(int(n_rounds)):
+            per_round[r].append(int(counts[r]))
+        came_back |= bool(back)
+        state = engine.advance(params, state, 1)
+    return [float(np.mean(c)) for c in per_round if c], came_back
+
+
+def pooled_line(stretches):
+    """ms = fixed_s + per_round x rounds over ``stretches`` (each its own fixed part, one
+    cost per round for all): the fixed parts, the cost per round and each stretch's share
+    of the rounds after the first; None without stretches."""
+    if not stretches:
+        return None
+    ms = np.concatenate([s["ms"] for s in stretches])
+    columns = [np.concatenate([np.full(len(s["ms"]), float(i == j)) for j, s in enumerate(stretches)]) for i in range(len(stretches))]
+    rounds = np.concatenate([s["rounds"] for s in stretches]).astype(float)
+    *fixed, per_round = np.linalg.lstsq(np.vstack(columns + [rounds]).T, ms, rcond=None)[0]
+    shares = [per_round * (np.mean(s["rounds"]) - 1) / np.mean(s["ms"]) for s in stretches]
+    return {"at": [s["at"] for s in stretches], "fixed_ms": [float(f) for f in fixed], "per_round_ms": float(per_round),
+            "rounds_after_first_share": [float(x) for x in shares]}  # fmt: skip
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--k", type=int, default=8)
@@ -120,6 +184,7 @@ def main(argv=None) -> int:
     for at in sorted(int(a) for a in args.at.split(",")):
         state = jax.block_until_ready(engine.advance(params, state, at - done))
         rounds, _ = rounds_and_sends(params, state, args.windows)
+        sending, came_back = sending_ports(params, state, args.windows)
         ms, hops, after, per_call_ms = window_times(params, state, args.windows, args.repeats)
         done, state = at + args.windows, after
         rounds = np.array(rounds)
@@ -129,6 +194,7 @@ def main(argv=None) -> int:
         stretches.append({
             "at": at, "ms": ms.tolist(), "rounds": rounds.tolist(), "packet_hops": hops.tolist(),
             "call_ms": per_call_ms, "fixed_ms": fixed, "per_round_ms": per_round,
+            "ports_sending_per_round": sending, "a_port_started_after_an_idle_round": came_back,
         })  # fmt: skip
     print(f"\n{'window':>7s} {'ms':>6s} {'rounds':>7s} {'hops':>6s} {'call ms':>8s} {'fixed ms':>9s} {'ms/round':>9s} {'rounds 2+':>10s}")
     for s in stretches:
@@ -137,10 +203,18 @@ def main(argv=None) -> int:
         if s["per_round_ms"] is not None:  # the share of a window the rounds after the first take
             line += f" {s['fixed_ms']:9.2f} {s['per_round_ms']:9.3f} {s['per_round_ms'] * (mean_rounds - 1) / mean_ms:10.1%}"
         print(line)
+    pooled = pooled_line([s for s in stretches if s["per_round_ms"] is not None])
+    if pooled is not None:
+        for at, fixed, share in zip(pooled["at"], pooled["fixed_ms"], pooled["rounds_after_first_share"]):
+            print(f"{'pooled':>7s} {at:<6d} {'':14s} {'':8s} {fixed:9.2f} {pooled['per_round_ms']:9.3f} {share:10.1%}")
+    print(f"\n{'window':>7s}  ports starting a packet, by round (mean over the windows that run it)")
+    for s in stretches:
+        back = "  (a port started after an idle round!)" if s["a_port_started_after_an_idle_round"] else ""
+        print(f"{s['at']:7d}  " + " ".join(f"{n:.1f}" for n in s["ports_sending_per_round"]) + back)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "args": {k: str(v) for k, v in vars(args).items()}, "jax": jax.__version__, "backend": jax.default_backend(),
-        "kernel_launch_us": {str(n): us for n, us in launch.items()}, "stretches": stretches,
+        "kernel_launch_us": {str(n): us for n, us in launch.items()}, "stretches": stretches, "pooled": pooled,
     }, indent=2) + "\n")  # fmt: skip
     print(f"wrote {args.out}")
     return 0
