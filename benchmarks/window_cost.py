@@ -146,19 +146,52 @@ def sending_ports(params, state, n_windows: int):
     return [float(np.mean(c)) for c in per_round if c], came_back
 
 
-def pooled_line(stretches):
+def fitted_line(stretches):
     """ms = fixed_s + per_round x rounds over ``stretches`` (each its own fixed part, one
     cost per round for all): the fixed parts, the cost per round and each stretch's share
-    of the rounds after the first; None without stretches."""
-    if not stretches:
+    of the rounds after the first; None where the rounds hardly vary (a standard deviation
+    under half a round: no line to fit)."""
+    if not stretches or max(np.std(s["rounds"]) for s in stretches) < 0.5:
         return None
-    ms = np.concatenate([s["ms"] for s in stretches])
+    ms, rounds = (np.concatenate([s[key] for s in stretches]).astype(float) for key in ("ms", "rounds"))
     columns = [np.concatenate([np.full(len(s["ms"]), float(i == j)) for j, s in enumerate(stretches)]) for i in range(len(stretches))]
-    rounds = np.concatenate([s["rounds"] for s in stretches]).astype(float)
     *fixed, per_round = np.linalg.lstsq(np.vstack(columns + [rounds]).T, ms, rcond=None)[0]
     shares = [per_round * (np.mean(s["rounds"]) - 1) / np.mean(s["ms"]) for s in stretches]
     return {"at": [s["at"] for s in stretches], "fixed_ms": [float(f) for f in fixed], "per_round_ms": float(per_round),
             "rounds_after_first_share": [float(x) for x in shares]}  # fmt: skip
+
+
+def measure_stretch(params, state, at: int, n_windows: int, repeats: int):
+    """The stretch of ``n_windows`` windows from ``state`` (at window ``at``): its windows'
+    times, rounds, packet-hops and ports per round, its own line; and the state after it."""
+    rounds, _ = rounds_and_sends(params, state, n_windows)
+    sending, came_back = sending_ports(params, state, n_windows)
+    ms, hops, after, per_call_ms = window_times(params, state, n_windows, repeats)
+    stretch = {
+        "at": at, "ms": ms.tolist(), "rounds": rounds, "packet_hops": hops.tolist(), "call_ms": per_call_ms,
+        "ports_sending_per_round": sending, "a_port_started_after_an_idle_round": came_back,
+    }  # fmt: skip
+    return stretch | {"line": fitted_line([stretch])}, after
+
+
+def print_tables(launch: dict, stretches: list, pooled) -> None:
+    print(f"{'elements':>9s} {'µs/kernel':>10s} {'ns/element':>11s}")
+    for n, us in launch.items():
+        print(f"{n:9d} {us:10.3f} {us * 1e3 / n:11.3f}")
+    print(f"\n{'window':>7s} {'ms':>6s} {'rounds':>7s} {'hops':>6s} {'call ms':>8s} {'fixed ms':>9s} {'ms/round':>9s} {'rounds 2+':>10s}")
+    for s in stretches:
+        line = f"{s['at']:7d} {np.mean(s['ms']):6.2f} {np.mean(s['rounds']):7.2f} {np.mean(s['packet_hops']):6.0f} {s['call_ms']:8.2f}"
+        if s["line"] is not None:  # its own line, and the share of a window its rounds after the first take
+            own = s["line"]
+            line += f" {own['fixed_ms'][0]:9.2f} {own['per_round_ms']:9.3f} {own['rounds_after_first_share'][0]:10.1%}"
+        print(line)
+    if pooled is not None:
+        for at, fixed, share in zip(pooled["at"], pooled["fixed_ms"], pooled["rounds_after_first_share"]):
+            print(f"{'pooled':>7s} {at:<6d} {'':14s} {'':8s} {fixed:9.2f} {pooled['per_round_ms']:9.3f} {share:10.1%}")
+    print(f"\n{'window':>7s}  ports starting a packet, by round (mean over the windows that run it)")
+    for s in stretches:
+        back = "  (a port started after an idle round!)" if s["a_port_started_after_an_idle_round"] else ""
+        print(f"{s['at']:7d}  " + " ".join(f"{n:.1f}" for n in s["ports_sending_per_round"]) + back)
 
 
 def main(argv=None) -> int:
@@ -174,43 +207,16 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     launch = {n: kernel_launch(n, args.chain) for n in (8, 768, 32768)}
-    print(f"{'elements':>9s} {'µs/kernel':>10s} {'ns/element':>11s}")
-    for n, us in launch.items():
-        print(f"{n:9d} {us:10.3f} {us * 1e3 / n:11.3f}")
-
     batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host)
     params, state = batch.params, batch.state
     stretches, done = [], 0
     for at in sorted(int(a) for a in args.at.split(",")):
         state = jax.block_until_ready(engine.advance(params, state, at - done))
-        rounds, _ = rounds_and_sends(params, state, args.windows)
-        sending, came_back = sending_ports(params, state, args.windows)
-        ms, hops, after, per_call_ms = window_times(params, state, args.windows, args.repeats)
-        done, state = at + args.windows, after
-        rounds = np.array(rounds)
-        fixed = per_round = None
-        if np.std(rounds) >= 0.5:  # else the rounds do not vary enough for a line
-            fixed, per_round = (float(x) for x in np.linalg.lstsq(np.vstack([np.ones_like(ms), rounds]).T, ms, rcond=None)[0])
-        stretches.append({
-            "at": at, "ms": ms.tolist(), "rounds": rounds.tolist(), "packet_hops": hops.tolist(),
-            "call_ms": per_call_ms, "fixed_ms": fixed, "per_round_ms": per_round,
-            "ports_sending_per_round": sending, "a_port_started_after_an_idle_round": came_back,
-        })  # fmt: skip
-    print(f"\n{'window':>7s} {'ms':>6s} {'rounds':>7s} {'hops':>6s} {'call ms':>8s} {'fixed ms':>9s} {'ms/round':>9s} {'rounds 2+':>10s}")
-    for s in stretches:
-        mean_ms, mean_rounds = np.mean(s["ms"]), np.mean(s["rounds"])
-        line = f"{s['at']:7d} {mean_ms:6.2f} {mean_rounds:7.2f} {np.mean(s['packet_hops']):6.0f} {s['call_ms']:8.2f}"
-        if s["per_round_ms"] is not None:  # the share of a window the rounds after the first take
-            line += f" {s['fixed_ms']:9.2f} {s['per_round_ms']:9.3f} {s['per_round_ms'] * (mean_rounds - 1) / mean_ms:10.1%}"
-        print(line)
-    pooled = pooled_line([s for s in stretches if s["per_round_ms"] is not None])
-    if pooled is not None:
-        for at, fixed, share in zip(pooled["at"], pooled["fixed_ms"], pooled["rounds_after_first_share"]):
-            print(f"{'pooled':>7s} {at:<6d} {'':14s} {'':8s} {fixed:9.2f} {pooled['per_round_ms']:9.3f} {share:10.1%}")
-    print(f"\n{'window':>7s}  ports starting a packet, by round (mean over the windows that run it)")
-    for s in stretches:
-        back = "  (a port started after an idle round!)" if s["a_port_started_after_an_idle_round"] else ""
-        print(f"{s['at']:7d}  " + " ".join(f"{n:.1f}" for n in s["ports_sending_per_round"]) + back)
+        stretch, state = measure_stretch(params, state, at, args.windows, args.repeats)
+        stretches.append(stretch)
+        done = at + args.windows
+    pooled = fitted_line([s for s in stretches if s["line"] is not None])
+    print_tables(launch, stretches, pooled)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "args": {k: str(v) for k, v in vars(args).items()}, "jax": jax.__version__, "backend": jax.default_backend(),
