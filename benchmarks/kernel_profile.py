@@ -99,7 +99,7 @@ def rounds_and_sends(params, state, n_windows: int):
     (``step_profile.transmit_rounds``)."""
     rounds, most = [], []
     for _ in range(n_windows):
-        n, per_port = transmit_rounds(params, state)
+        n, per_port, *_ = transmit_rounds(params, state)
         rounds.append(int(n[0]))
         most.append(int(np.asarray(per_port).max()))
         state = engine.advance(params, state, 1)

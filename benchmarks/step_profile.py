@@ -41,12 +41,18 @@ def _with_window(system):
 SYSTEMS = {name: _with_window(system) for name, system in engine.SYSTEMS} | {"whole step": engine.step}
 
 
+MOST_ROUNDS = 64  # rounds ``transmit_rounds`` counts the sending ports of (a window of the htsim sweep runs at most 12)
+
+
 @jax.jit
 @jax.vmap
 def transmit_rounds(params, state):
     """Rounds transmit needs for this window of one experiment (the systems before it
-    applied first), and (P,) the packets each port sends in them (a round starts a run
-    of several at some ports, ``ops/runs.py``)."""
+    applied first); (P,) the packets each port sends in them (a round starts a run of
+    several at some ports, ``ops/runs.py``); (MOST_ROUNDS,) the ports that start a packet
+    in each round (its ``Front``'s ``sends``); and whether some port started one after a
+    round in which it started none (its queues, its NIC's offers and PFC's pauses do not
+    change while it waits: it should not)."""
     end = state.time_ps + params.window_ps
     state = engine.systems_before("transmit", params, state, end)
     serving, order, free, upcoming = window_start(params, state, end)  # as systems/transmit.transmit starts
@@ -54,15 +60,23 @@ def transmit_rounds(params, state):
     n_classes = 1 + params.static.n_data_classes
 
     def body(carry):
-        serving, _, rounds, sends = carry
+        serving, _, rounds, sends, per_round, idle_before, came_back = carry
+        sending = serving.front.sends
+        per_round = per_round.at[rounds].set(jnp.sum(sending, dtype=jnp.int32), mode="drop")
+        came_back = came_back | jnp.any(sending & idle_before)
         new = serve_round(params, serving, end, order, free, upcoming)
         # A port sends the packets it took from its queues (a run: several) and those its NIC created.
         taken = (new.head - serving.head).reshape(-1, n_classes).sum(axis=1, dtype=jnp.int32)
         created = jnp.zeros_like(sends).at[params.nics.nic_port].add(new.used - serving.used)
-        return new, jnp.any(new.front.sends), rounds + 1, sends + taken + created
+        return new, jnp.any(new.front.sends), rounds + 1, sends + taken + created, per_round, idle_before | ~sending, came_back
 
-    init = (serving, jnp.any(serving.front.sends), 0, jnp.zeros(params.static.n_ports, jnp.int32))
-    return jax.lax.while_loop(lambda c: c[1], body, init)[2:]
+    n_ports = params.static.n_ports
+    init = (
+        serving, jnp.any(serving.front.sends), 0, jnp.zeros(n_ports, jnp.int32), jnp.zeros(MOST_ROUNDS, jnp.int32),
+        jnp.zeros(n_ports, bool), jnp.bool_(False),
+    )  # fmt: skip
+    rounds, sends, per_round, _, came_back = jax.lax.while_loop(lambda c: c[1], body, init)[2:]
+    return rounds, sends, per_round, came_back
 
 
 def rounds_in_lockstep(rounds: np.ndarray, running: np.ndarray, lanes: int) -> tuple[float, float, float]:

@@ -48,11 +48,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernel_profile import rounds_and_sends, sweep_point  # benchmarks/, run as a script
+from kernel_profile import sweep_point  # benchmarks/, run as a script
 from multiverse_jax import engine
-from multiverse_jax.systems.transmit import serve_round, window_start
-
-MOST_ROUNDS = 64  # rounds a window's count per round holds (the sweep's point runs at most 12)
+from step_profile import MOST_ROUNDS, transmit_rounds
 
 
 def kernel_launch(n_elements: int, chain: int, iterations: int = 2000) -> float:
@@ -109,41 +107,20 @@ def window_times(params, state, n_windows: int, repeats: int):
     return np.array(ms) - per_call_ms, np.array(hops), state, per_call_ms
 
 
-@jax.jit
-def ports_per_round(params, state):
-    """One experiment's window: (MOST_ROUNDS,) int32 the ports that start a packet in each
-    round, () int32 its rounds, () bool some port started one after a round it started none."""
-    end = state.time_ps + params.window_ps
-    state = engine.systems_before("transmit", params, state, end)
-    serving, order, free, upcoming = window_start(params, state, end)
-
-    def one_round(carry):
-        serving, n_rounds, counts, idle_before, came_back = carry
-        sends = serving.front.sends
-        counts = counts.at[n_rounds].set(jnp.sum(sends, dtype=jnp.int32), mode="drop")
-        came_back = came_back | jnp.any(sends & idle_before)
-        served = serve_round(params, serving, end, order, free, upcoming)
-        return served, n_rounds + 1, counts, idle_before | ~sends, came_back
-
-    idle = jnp.zeros(params.static.n_ports, bool)
-    carry = (serving, jnp.int32(0), jnp.zeros(MOST_ROUNDS, jnp.int32), idle, jnp.bool_(False))
-    _, n_rounds, counts, _, came_back = jax.lax.while_loop(lambda c: jnp.any(c[0].front.sends), one_round, carry)
-    return counts, n_rounds, came_back
-
-
-def sending_ports(params, state, n_windows: int):
-    """Over ``n_windows`` windows of the batch's first experiment: (rounds,) the mean ports
-    that start a packet in each round (over the windows that run it), and whether a port
-    ever started one after a round it started none."""
-    first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
-    per_round, came_back = [[] for _ in range(MOST_ROUNDS)], False
+def rounds_and_ports(params, state, n_windows: int):
+    """Over ``n_windows`` windows of the batch's first experiment: (n_windows,) its
+    transmit rounds, (rounds,) the mean ports that start a packet in each round (over the
+    windows that run it), and whether a port ever started one after a round it started
+    none (``step_profile.transmit_rounds``)."""
+    rounds, per_round, came_back = [], [[] for _ in range(MOST_ROUNDS)], False
     for _ in range(n_windows):
-        counts, n_rounds, back = jax.device_get(ports_per_round(first(params), first(state)))
-        for r in range(int(n_rounds)):
+        n, _, counts, back = (x[0] for x in jax.device_get(transmit_rounds(params, state)))
+        rounds.append(int(n))
+        for r in range(min(int(n), MOST_ROUNDS)):
             per_round[r].append(int(counts[r]))
         came_back |= bool(back)
         state = engine.advance(params, state, 1)
-    return [float(np.mean(c)) for c in per_round if c], came_back
+    return rounds, [float(np.mean(c)) for c in per_round if c], came_back
 
 
 def fitted_line(stretches):
@@ -164,8 +141,7 @@ def fitted_line(stretches):
 def measure_stretch(params, state, at: int, n_windows: int, repeats: int):
     """The stretch of ``n_windows`` windows from ``state`` (at window ``at``): its windows'
     times, rounds, packet-hops and ports per round, its own line; and the state after it."""
-    rounds, _ = rounds_and_sends(params, state, n_windows)
-    sending, came_back = sending_ports(params, state, n_windows)
+    rounds, sending, came_back = rounds_and_ports(params, state, n_windows)
     ms, hops, after, per_call_ms = window_times(params, state, n_windows, repeats)
     stretch = {
         "at": at, "ms": ms.tolist(), "rounds": rounds, "packet_hops": hops.tolist(), "call_ms": per_call_ms,
