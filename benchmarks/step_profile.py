@@ -49,20 +49,23 @@ MOST_ROUNDS = 64  # rounds ``transmit_rounds`` counts the sending ports of (a wi
 def transmit_rounds(params, state):
     """Rounds transmit needs for this window of one experiment (the systems before it
     applied first); (P,) the packets each port sends in them (a round starts a run of
-    several at some ports, ``ops/runs.py``); (MOST_ROUNDS,) the ports that start a packet
-    in each round (its ``Front``'s ``sends``); and whether some port started one after a
-    round in which it started none (its queues, its NIC's offers and PFC's pauses do not
-    change while it waits: it should not)."""
+    several at some ports, ``ops/runs.py``); (MOST_ROUNDS, 3) in each round the ports that
+    start a packet (its ``Front``'s ``sends``), of them the NICs' ports, and the NICs that
+    create a new data packet (``creates``: a NIC creates at most one a round); and whether
+    some port started one after a round in which it started none (its queues, its NIC's
+    offers and PFC's pauses do not change while it waits: it should not)."""
     end = state.time_ps + params.window_ps
     state = engine.systems_before("transmit", params, state, end)
     serving, order, free, upcoming = window_start(params, state, end)  # as systems/transmit.transmit starts
 
     n_classes = 1 + params.static.n_data_classes
+    is_nic = params.ports.port_host >= 0  # (P,) the port is a host's NIC
 
     def body(carry):
         serving, _, rounds, sends, per_round, idle_before, came_back = carry
         sending = serving.front.sends
-        per_round = per_round.at[rounds].set(jnp.sum(sending, dtype=jnp.int32), mode="drop")
+        counts = jnp.stack([jnp.sum(sending), jnp.sum(sending & is_nic), jnp.sum(serving.front.creates)]).astype(jnp.int32)
+        per_round = per_round.at[rounds].set(counts, mode="drop")
         came_back = came_back | jnp.any(sending & idle_before)
         new = serve_round(params, serving, end, order, free, upcoming)
         # A port sends the packets it took from its queues (a run: several) and those its NIC created.
@@ -72,7 +75,7 @@ def transmit_rounds(params, state):
 
     n_ports = params.static.n_ports
     init = (
-        serving, jnp.any(serving.front.sends), 0, jnp.zeros(n_ports, jnp.int32), jnp.zeros(MOST_ROUNDS, jnp.int32),
+        serving, jnp.any(serving.front.sends), 0, jnp.zeros(n_ports, jnp.int32), jnp.zeros((MOST_ROUNDS, 3), jnp.int32),
         jnp.zeros(n_ports, bool), jnp.bool_(False),
     )  # fmt: skip
     rounds, sends, per_round, _, came_back = jax.lax.while_loop(lambda c: c[1], body, init)[2:]

@@ -26,9 +26,16 @@ Two measurements, each printed as a table and written to JSON:
    has no line.
 
 3. **Ports per round.** Over the same windows, how many ports start a packet in each
-   round (its ``Front``'s ``sends``), and whether a port that starts nothing in a round
-   ever starts one later in its window (its queues, its NIC's offers and PFC's pauses do
-   not change while it waits: it should not).
+   round (its ``Front``'s ``sends``), how many of them are NICs' ports and how many NICs
+   create a new data packet in it (a NIC creates at most one a round: where every port
+   has started its last packet but the NICs, the NICs' creations set the rounds), and
+   whether a port that starts nothing in a round ever starts one later in its window (its
+   queues, its NIC's offers and PFC's pauses do not change while it waits: it should not).
+
+``--run-ports K`` and ``--long-runs`` measure the same with more ports running packets
+behind their first in a round (``runs.run_ports``, K; 96 at k=8) and with the long
+single-class runs on (``Static.long_runs``, off by default on a CPU): which ports run
+changes no result (``tests/test_runs.py``), only the rounds and their cost.
 
 So it says how much a change can win before it is built: fewer rounds win at most
 per_round x (rounds - 1) a window; a smaller fixed part wins everywhere; rounds that run
@@ -40,6 +47,7 @@ only on the ports still sending would cost what those ports cost.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -50,6 +58,7 @@ import numpy as np
 
 from kernel_profile import sweep_point  # benchmarks/, run as a script
 from multiverse_jax import engine
+from multiverse_jax.ops import runs
 from step_profile import MOST_ROUNDS, transmit_rounds
 
 
@@ -107,20 +116,25 @@ def window_times(params, state, n_windows: int, repeats: int):
     return np.array(ms) - per_call_ms, np.array(hops), state, per_call_ms
 
 
+SENDING = ("ports", "nic_ports", "nic_creations")  # what ``rounds_and_ports`` counts in each round
+
+
 def rounds_and_ports(params, state, n_windows: int):
     """Over ``n_windows`` windows of the batch's first experiment: (n_windows,) its
-    transmit rounds, (rounds,) the mean ports that start a packet in each round (over the
-    windows that run it), and whether a port ever started one after a round it started
-    none (``step_profile.transmit_rounds``)."""
+    transmit rounds; for each of ``SENDING``, (rounds,) its mean in each round (over the
+    windows that run it): the ports that start a packet, the NICs' among them, the NICs
+    that create one; and whether a port ever started one after a round it started none
+    (``step_profile.transmit_rounds``)."""
     rounds, per_round, came_back = [], [[] for _ in range(MOST_ROUNDS)], False
     for _ in range(n_windows):
         n, _, counts, back = (x[0] for x in jax.device_get(transmit_rounds(params, state)))
         rounds.append(int(n))
         for r in range(min(int(n), MOST_ROUNDS)):
-            per_round[r].append(int(counts[r]))
+            per_round[r].append(counts[r])
         came_back |= bool(back)
         state = engine.advance(params, state, 1)
-    return rounds, [float(np.mean(c)) for c in per_round if c], came_back
+    means = np.array([np.mean(rows, axis=0) for rows in per_round if rows]).reshape(-1, len(SENDING))
+    return rounds, {name: means[:, i].tolist() for i, name in enumerate(SENDING)}, came_back
 
 
 def fitted_line(stretches):
@@ -164,10 +178,12 @@ def print_tables(launch: dict, stretches: list, pooled) -> None:
     if pooled is not None:
         for at, fixed, share in zip(pooled["at"], pooled["fixed_ms"], pooled["rounds_after_first_share"]):
             print(f"{'pooled':>7s} {at:<6d} {'':14s} {'':8s} {fixed:9.2f} {pooled['per_round_ms']:9.3f} {share:10.1%}")
-    print(f"\n{'window':>7s}  ports starting a packet, by round (mean over the windows that run it)")
+    print(f"\n{'window':>7s}  {'':13s} by round (mean over the windows that run it)")
     for s in stretches:
         back = "  (a port started after an idle round!)" if s["a_port_started_after_an_idle_round"] else ""
-        print(f"{s['at']:7d}  " + " ".join(f"{n:.1f}" for n in s["ports_sending_per_round"]) + back)
+        for name, label in zip(SENDING, ("ports sending", "NIC ports", "NIC creations")):
+            at = f"{s['at']:7d}" if name == SENDING[0] else " " * 7
+            print(f"{at}  {label:13s} " + " ".join(f"{n:5.1f}" for n in s["ports_sending_per_round"][name]) + (back if name == SENDING[0] else ""))
 
 
 def main(argv=None) -> int:
@@ -179,12 +195,18 @@ def main(argv=None) -> int:
     p.add_argument("--windows", type=int, default=30, help="windows timed at each")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per window (the best counts)")
     p.add_argument("--chain", type=int, default=64, help="kernels in the launch test's chain")
+    p.add_argument("--run-ports", type=int, default=0, help="ports that may run packets behind their first in a round (0: runs.run_ports)")
+    p.add_argument("--long-runs", action="store_true", help="long single-class runs on (Static.long_runs)")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/window_cost.json"))
     args = p.parse_args(argv)
 
     launch = {n: kernel_launch(n, args.chain) for n in (8, 768, 32768)}
     batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host)
     params, state = batch.params, batch.state
+    if args.run_ports:  # read when the programs are traced, below
+        runs.run_ports = lambda static: min(static.n_ports, args.run_ports)
+    if args.long_runs:
+        params = params.replace(static=dataclasses.replace(params.static, long_runs=True))
     stretches, done = [], 0
     for at in sorted(int(a) for a in args.at.split(",")):
         state = jax.block_until_ready(engine.advance(params, state, at - done))
