@@ -82,12 +82,12 @@ def kernel_launch(n_elements: int, chain: int, iterations: int = 2000) -> float:
     for length in (1, chain):
         program = loop(length)
         jax.block_until_ready(program(x))
-        runs = []
+        timed = []
         for _ in range(3):
             began = time.perf_counter()
             jax.block_until_ready(program(x))
-            runs.append(time.perf_counter() - began)
-        seconds[length] = min(runs)
+            timed.append(time.perf_counter() - began)
+        seconds[length] = min(timed)
     return (seconds[chain] - seconds[1]) / iterations / (chain - 1) * 1e6
 
 
