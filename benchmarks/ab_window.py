@@ -5,7 +5,8 @@ On a shared 2-core machine, the same run measured twice in separate processes di
 up to 20 %, more than most single changes gain. Here both programs are compiled in one
 process and timed alternately, over the same windows of one htsim-sweep point
 (``kernel_profile.sweep_point``: k-ary fat-tree permutation, RoCE with PFC,
-``switch.pipeline=serial``), so the drift of the machine hits both alike. Both must give
+``switch.pipeline=serial``; ``--mode hpcc``: htsim's HPCC configuration, whose ACKs run
+congestion control's event loop), so the drift of the machine hits both alike. Both must give
 the same state, bit for bit (checked), so only changes that keep results can be timed.
 
     git show HEAD~1:multiverse_jax/ops/queues.py > /tmp/queues_before.py
@@ -30,6 +31,7 @@ import numpy as np
 
 from kernel_profile import sweep_point  # benchmarks/, run as a script
 from multiverse_jax import engine
+from multiverse_jax.peers import htsim
 
 
 def load_file(path: str):
@@ -63,6 +65,7 @@ def main() -> None:
     parser.add_argument("--flow-bytes", type=int, default=4_000_000)
     parser.add_argument("--slots-per-host", type=int, default=512)
     parser.add_argument("--ack-class", default="data", choices=("data", "control"), help="packet.ack_class (data: htsim's)")
+    parser.add_argument("--mode", default="roce", choices=tuple(htsim.CC_OF_MODE), help="htsim's mode: roce (no congestion control) or hpcc")
     parser.add_argument("--warm-windows", type=int, default=200)
     parser.add_argument("--windows", type=int, default=30, help="windows per timed call")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls of each program, alternating")
@@ -71,7 +74,7 @@ def main() -> None:
 
     module, other = importlib.import_module(args.module), load_file(args.other_file)
     names = args.functions.split(",")
-    batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host, args.ack_class)
+    batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host, args.ack_class, args.mode)
     warm = jax.block_until_ready(engine.advance(batch.params, batch.state, args.warm_windows))
     programs = {
         "current": compile_with(module, {name: getattr(module, name) for name in names}, batch.params, warm, args.windows),

@@ -64,12 +64,13 @@ def scope_phases() -> None:
             setattr(module, name, scoped)
 
 
-def sweep_point(k: int, flow_bytes: int, slots_per_host: int, ack_class: str = "data"):
+def sweep_point(k: int, flow_bytes: int, slots_per_host: int, ack_class: str = "data", mode: str = "roce"):
     """The htsim sweep's point (htsim's configuration: ACKs queue with data), or with
-    ``ack_class="control"`` this project's default of ACKs in a control class of their own."""
+    ``ack_class="control"`` this project's default of ACKs in a control class of their own;
+    ``mode``: htsim's ``roce`` (no congestion control, PFC) or ``hpcc``."""
     net = htsim.HtsimNetwork(k=k)
     folder = Path(tempfile.mkdtemp())
-    cfg = htsim.our_config(net, "roce", permutation(0, net.n_hosts, flow_bytes).write(folder / "p.cm"))
+    cfg = htsim.our_config(net, mode, permutation(0, net.n_hosts, flow_bytes).write(folder / "p.cm"))
     cfg["packet"]["ack_class"] = ack_class
     return build_batch([experiment_from_config(cfg)], slots_per_host=slots_per_host)
 
