@@ -9,6 +9,12 @@ in a ``jax.named_scope`` of its name) and, inside the transmit rounds, by the ph
 rounds of each window and the packets each port sent in it: a round per packet that
 the busiest port sends, but for the runs (``ops/runs.py``: phase ``follow``).
 
+Two more tables split the same kernels by where they run (once a window, or in the
+transmit rounds) and by the entries each writes (``SIZE_CLASSES``: the pool's passes, the
+per-port and per-queue arrays, the rest), and list the ``--top`` kernels by time, each
+with its output's entries and the system and phase it comes from: a window's time is
+spread over ~2,000 kernels, and these say which kind dominates.
+
 Times under the profiler are inflated by its own cost per kernel (each kernel is
 recorded), so read the shares and the kernel counts, not the absolute times; the first
 line gives the window's time without the profiler.
@@ -85,6 +91,27 @@ def op_names(compiled_text: str) -> dict[str, str]:
     return names
 
 
+# Classes of a kernel by the entries of its output: at least the first's (the pool's
+# passes: the sweep point's live prefix holds 8,192-32,768 places), at least the second's
+# (per-port and per-queue arrays: 768 ports, 1,536 class queues, (Q, 8) probes at k=8),
+# the rest (per-host and per-flow arrays, scalars; a reduction over the pool writes few).
+SIZE_CLASSES = ((8192, "pool (>= 8,192)"), (700, "ports, queues (700-8,191)"), (0, "small (< 700)"))
+
+
+def output_entries(compiled_text: str) -> dict[str, int]:
+    """Instruction name -> the entries of its output (a tuple's: 0)."""
+    entries = {}
+    for line in compiled_text.splitlines():
+        match = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = \w+\[([\d,]*)\]", line)
+        if match:
+            entries[match.group(1)] = int(np.prod([int(d) for d in match.group(2).split(",") if d]))
+    return entries
+
+
+def size_class(n_entries: int) -> str:
+    return next(label for least, label in SIZE_CLASSES if n_entries >= least)
+
+
 def group_of(op_name: str, systems: list[str]) -> tuple[str, str]:
     """(system, transmit phase or '') of an instruction's op_name (a scope traced under
     vmap is named ``vmap(<scope>)``)."""
@@ -107,6 +134,37 @@ def rounds_and_sends(params, state, n_windows: int):
     return rounds, most
 
 
+def share_table(table, total_us: float, n_windows: int) -> dict:
+    """A table's rows, largest first: key -> its share of ``total_us``, kernels per window and
+    µs per kernel. ``table``: (key -> µs, key -> kernels), summed over ``n_windows``."""
+    us, calls = table
+    return {
+        key: {"share": t / total_us, "kernels_per_window": calls[key] / n_windows, "us_per_kernel": t / calls[key]}
+        for key, t in us.most_common()
+    }  # fmt: skip
+
+
+def print_table(title: str, rows: dict) -> None:
+    print(f"\n{title:42s} {'share':>7s} {'kernels/window':>15s} {'us/kernel':>10s}")
+    for key, row in rows.items():
+        label = ", ".join(key) if isinstance(key, tuple) else key
+        print(f"{label:42s} {row['share']:7.1%} {row['kernels_per_window']:15.0f} {row['us_per_kernel']:10.1f}")
+
+
+def top_kernels(by_kernel, names, entries, systems, n_windows: int, n_top: int) -> list[dict]:
+    """The ``n_top`` kernels with the most time (``by_kernel``: name -> µs, name -> calls,
+    over ``n_windows``), each per window, with its output's entries, system and phase."""
+    us, calls = by_kernel
+    rows = []
+    for kernel, t in us.most_common(n_top):
+        system, phase = group_of(names.get(kernel, ""), systems)
+        rows.append({
+            "kernel": kernel, "us_per_window": t / n_windows, "calls_per_window": calls[kernel] / n_windows,
+            "entries": entries.get(kernel, 0), "system": system, "phase": phase,
+        })  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--k", type=int, default=8)
@@ -114,6 +172,7 @@ def main() -> None:
     parser.add_argument("--slots-per-host", type=int, default=512)
     parser.add_argument("--warm-windows", type=int, default=200)
     parser.add_argument("--windows", type=int, default=20)
+    parser.add_argument("--top", type=int, default=15, help="kernels listed by time")
     parser.add_argument("--out", default="benchmarks/results/kernel_profile.json")
     args = parser.parse_args()
 
@@ -133,7 +192,7 @@ def main() -> None:
         jax.block_until_ready(run(batch.params, warm))
         seconds.append(time.perf_counter() - began)
     ms_per_window = min(seconds) / n * 1e3  # best of 3
-    names = op_names(program.as_text())
+    names, entries = op_names(program.as_text()), output_entries(program.as_text())
 
     trace_dir = Path(tempfile.mkdtemp())
     with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
@@ -141,36 +200,39 @@ def main() -> None:
     events = json.load(gzip.open(next(trace_dir.rglob("*.trace.json.gz"))))
     events = events["traceEvents"] if isinstance(events, dict) else events
     systems = [name for name, _ in engine.SYSTEMS]
-    by_system, by_phase = collections.Counter(), collections.Counter()
-    counts = collections.Counter()
+    # Each table: key -> µs, and its kernels' calls (over the n windows traced).
+    by_system, by_phase, by_size, by_kernel = ((collections.Counter(), collections.Counter()) for _ in range(4))
     for event in events:
         if event.get("ph") != "X" or CONTAINERS.match(event["name"]):
             continue
         system, phase = group_of(names.get(event["name"], ""), systems)
-        by_system[system] += event.get("dur", 0)
-        counts[system] += 1
-        if phase:
-            by_phase[phase] += event.get("dur", 0)
-            counts["round:" + phase] += 1
+        size = ("in a round" if phase else "once a window", size_class(entries.get(event["name"], 0)))
+        for (us, calls), key in ((by_system, system), (by_phase, phase), (by_size, size), (by_kernel, event["name"])):
+            if key:
+                us[key] += event.get("dur", 0)
+                calls[key] += 1
     rounds, most = rounds_and_sends(batch.params, warm, n)
 
-    total = sum(by_system.values())
+    total = sum(by_system[0].values())
     print(f"k={args.k}, {args.slots_per_host} slots/host: {ms_per_window:.2f} ms per window without the profiler (best of 3)")
     print(f"transmit rounds per window: mean {np.mean(rounds):.1f}, max {max(rounds)}; most packets one port sent: mean {np.mean(most):.1f}")
-    print(f"{'system':28s} {'share':>7s} {'kernels/window':>15s}")
-    for system, us in by_system.most_common():
-        print(f"{system:28s} {us / total:7.1%} {counts[system] / n:15.0f}")
-    round_total = sum(by_phase.values())
-    print(f"\n{'transmit round phase':28s} {'share':>7s} {'kernels/window':>15s}")
-    for phase, us in by_phase.most_common():
-        print(f"{phase:28s} {us / round_total:7.1%} {counts['round:' + phase] / n:15.0f}")
+    systems_table = share_table(by_system, total, n)
+    print_table("system", systems_table)
+    phases_table = share_table(by_phase, sum(by_phase[0].values()), n)
+    print_table("transmit round phase", phases_table)
+    sizes_table = share_table(by_size, total, n)
+    print_table("where, entries written", sizes_table)
+    top = top_kernels(by_kernel, names, entries, systems, n, args.top)
+    print(f"\n{'kernel':34s} {'us/window':>9s} {'calls':>6s} {'entries':>8s}  system, phase")
+    for row in top:
+        print(f"{row['kernel'][:34]:34s} {row['us_per_window']:9.1f} {row['calls_per_window']:6.1f} {row['entries']:8d}  {row['system']}, {row['phase']}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "args": vars(args), "jax": jax.__version__, "backend": jax.default_backend(),
         "ms_per_window": ms_per_window, "rounds_per_window": rounds, "most_packets_one_port_sent": most,
-        "systems": {s: {"share": us / total, "kernels_per_window": counts[s] / n} for s, us in by_system.items()},
-        "round_phases": {p: {"share": us / round_total, "kernels_per_window": counts["round:" + p] / n} for p, us in by_phase.items()},
+        "systems": systems_table, "round_phases": phases_table,
+        "by_size": [{"where": w, "entries": e, **row} for (w, e), row in sizes_table.items()], "top_kernels": top,
     }, indent=2))  # fmt: skip
     print(f"wrote {out}")
 
