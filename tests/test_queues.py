@@ -61,7 +61,8 @@ def test_the_kept_order_with_the_new_arrivals_is_the_sorted_order(monkeypatch):
         ready = engine.systems_before("transmit", params, state, end)
         pkts = ready.packets
         view = queues._kept_view(ready.order)
-        holds, new = queues._kept_and_new(params, pkts, ready.order, view)
+        counts, new = queues._kept_and_new(params, pkts, ready.order, view)
+        holds = queues._kept_order_holds(counts, view)
         merged = queues._merged(params, pkts, end, ready.order, view, new, queues.SMALLEST_SORT)
         sorted_whole = queues._order_of(params, pkts, end, jnp.arange(params.static.n_slots, dtype=jnp.int32))
         mergeable = holds & (jnp.sum(new) <= queues.SMALLEST_SORT) & jnp.any(queued(pkts))

@@ -134,19 +134,18 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
     if not sizes:
         return _order_of(params, pkts, window_end_ps, slots_in_host_order(params))
     view = _kept_view(kept)
-    kept_holds, new = _kept_and_new(params, pkts, kept, view)
+    counts, new = _kept_and_new(params, pkts, kept, view)
     merging = merge_sizes(sizes[0])
     first_sort = 1 + len(merging)  # branches: none, a merge per size, a sort per size (the whole pool last)
 
-    def needs(params, pkts, window_end_ps, kept, view, new, kept_holds):
+    def needs(params, pkts, window_end_ps, kept, view, new, counts):
         """(4,): 0 nothing queued or kept, 1 the kept order and the new arrivals would do,
         2 a sort is needed; the branch that sorts the queued packets in the smallest size
         that holds them; the branch that merges the new arrivals, sorted in the smallest
         of ``merge_sizes`` that holds them; whether that merge sorts fewer places than that
         sort (the passes over the pool are alike)."""
-        n_queued, n_new = jnp.sum(queued(pkts), dtype=jnp.int32), jnp.sum(new, dtype=jnp.int32)
-        n_kept = jnp.sum(view.count)
-        can_merge = kept_holds & (n_new <= merging[-1])
+        n_queued, n_new, n_kept = counts[0], counts[1], jnp.sum(view.count)
+        can_merge = _kept_order_holds(counts, view) & (n_new <= merging[-1])
         way = jnp.where((n_queued == 0) & (n_kept == 0), 0, jnp.where(can_merge, 1, 2))
         sort_index, merge_index = size_index(n_queued, sizes), size_index(n_new, merging)
         sort_places = sum(jnp.where(sort_index == i, n, 0) for i, n in enumerate(sizes + [n_slots]))
@@ -182,7 +181,7 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
 
     branches = [lambda params, *_: _no_queues(params)] + [merged_in(n) for n in merging]
     branches += [sorted_in(n) for n in sizes + [n_slots]]
-    return switch_largest(needs, branches, params, pkts, window_end_ps, kept, view, new, kept_holds, join=join)
+    return switch_largest(needs, branches, params, pkts, window_end_ps, kept, view, new, counts, join=join)
 
 
 def _queue_of_position(queue_end, n_positions: int):
@@ -216,17 +215,30 @@ def _kept_view(kept: OrderState) -> KeptView:
 
 
 def _kept_and_new(params: Params, pkts: PacketState, kept: OrderState, view: KeptView):
-    """() bool the kept order still holds: every packet in it is queued where it was,
-    with the same arrival, and every other queued packet arrived at or after the window
-    that kept it (so the kept are exactly the queued packets that arrived before); and
-    (S,) bool those others (the new arrivals)."""
+    """(4,) int32 the window's counts, and (S,) bool the new arrivals: the packets queued
+    that arrived at or after the window that kept the order. The counts are of the queued
+    packets, the new arrivals, the queued packets that arrived before (``n_earlier``), and
+    the kept order's packets no longer queued where they were, with the same arrival
+    (``n_moved``). The kept order still holds where none moved and every earlier arrival is
+    in it (``n_earlier`` = its packets): then the kept are exactly the queued packets that
+    arrived before. One reduction over a (4, S) stack: XLA fused separate ones into the
+    4-entry kernel that reads them (``service_order``'s ``needs``), whose loop evaluated
+    them over the pool for each entry it wrote (92-147 µs a busy window of the htsim
+    sweep's point, against ~70 µs for this one; ``benchmarks/HISTORY.md``, stop 52)."""
     n_slots = params.static.n_slots
     at = jnp.minimum(kept.order_slot, n_slots - 1)
     is_queued = queued(pkts)
     unmoved = is_queued[at] & (pkts.pkt_time_ps[at] == kept.order_time_ps) & (_queue_of(params, pkts, at) == view.queue)
     earlier = is_queued & (pkts.pkt_time_ps < kept.order_end_ps)
-    holds = jnp.all(~view.is_kept | unmoved) & (jnp.sum(earlier, dtype=jnp.int32) == jnp.sum(view.count))
-    return holds, is_queued & ~earlier
+    new = is_queued & ~earlier
+    counts = jnp.sum(jnp.stack([is_queued, new, earlier, view.is_kept & ~unmoved]), axis=1, dtype=jnp.int32)
+    return counts, new
+
+
+def _kept_order_holds(counts, view: KeptView):
+    """() bool the kept order still holds (``_kept_and_new``'s ``counts``): none of its
+    packets moved, and the queued packets that arrived before are exactly its own."""
+    return (counts[3] == 0) & (counts[2] == jnp.sum(view.count))
 
 
 def _merged(
