@@ -218,10 +218,10 @@ def _kept_and_new(params: Params, pkts: PacketState, kept: OrderState, view: Kep
     """(4,) int32 the window's counts, and (S,) bool the new arrivals: the packets queued
     that arrived at or after the window that kept the order. The counts are of the queued
     packets, the new arrivals, the queued packets that arrived before (``n_earlier``), and
-    the kept order's packets no longer queued where they were, with the same arrival
-    (``n_moved``). The kept order still holds where none moved and every earlier arrival is
-    in it (``n_earlier`` = its packets): then the kept are exactly the queued packets that
-    arrived before. One reduction over a (4, S) stack: XLA fused separate ones into the
+    the kept order's packets that are no longer queued in the queue it put them in, with the
+    arrival it sorted them by (``n_moved``). The kept order still holds where none moved and
+    it holds every earlier arrival (``n_earlier`` = its count): then the kept are exactly
+    the queued packets that arrived before. One reduction over a (4, S) stack: XLA fused separate ones into the
     4-entry kernel that reads them (``service_order``'s ``needs``), whose loop evaluated
     them over the pool for each entry it wrote (92-147 µs a busy window of the htsim
     sweep's point, against ~70 µs for this one; ``benchmarks/HISTORY.md``, stop 52)."""
