@@ -292,7 +292,9 @@ def leave(params: Params, pkts: PacketState, dep: Departures, port, queue_bytes,
         pkt_rank=pkts.pkt_rank.at[leaving].set(dep.rank, mode="drop"),
         pkt_prior_ps=pkts.pkt_prior_ps.at[leaving].set(dep.prior_ps, mode="drop"),
         # Marked at this hop, or new (unmarked); a queued packet not marked here keeps its mark.
-        pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked | dep.creates, dep.slot, n_slots)].set(marked, mode="drop"),
+        # Written as ``~dep.creates``, which is ``marked`` at every slot written (a NIC's new
+        # packet is never at a switch): XLA computed the mark's hash again for the values.
+        pkt_ecn=pkts.pkt_ecn.at[jnp.where(marked | dep.creates, dep.slot, n_slots)].set(~dep.creates, mode="drop"),
     )
     int_qlen = left_behind if int_queue is None else jnp.where(int_queue_wanted(params), int_queue, left_behind)
     return marking.record_telemetry(params, on_wire, at_switch, dep.slot, head_packet.hop, dep.start, tx_bytes, int_qlen, port)
