@@ -1,0 +1,28 @@
+"""Steering XLA's fusion where it repeats work: a value computed once, in a buffer of its own."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def computed_once(mask, window_end_ps):
+    """``mask`` (any shape, bool), computed once into a buffer that the kernels reading it
+    share.
+
+    XLA's CPU fusion copies an elementwise mask's computation into every kernel that reads
+    it. ``receive``'s mask of the packets delivered in the window (their arrival times, and
+    four bool columns) was computed again in each of its ~12 pool-wide column writes, a pass
+    over the pool's int64 times each. A conditional is a boundary that fusion does not
+    cross, so its output is materialised. The predicate is one XLA cannot fold (the window
+    ends after 0 ps: always), and both branches give the same int8 values.
+
+    The branches differ because JAX forwards an operand a branch returns unchanged, which
+    would remove the conditional. Under ``vmap`` the conditional becomes a select of both
+    branches, with the same values; fusion may copy the mask again there (the lockstep path
+    is a GPU's, where that is cheap).
+    """
+    as_int8 = jax.lax.cond(
+        window_end_ps > 0, lambda m: m.astype(jnp.int8), lambda m: jnp.where(m, 1, 0).astype(jnp.int8), mask
+    )  # fmt: skip
+    return as_int8 != 0
