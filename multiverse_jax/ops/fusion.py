@@ -12,7 +12,7 @@ def computed_once(mask, window_end_ps):
 
     XLA's CPU fusion copies an elementwise mask's computation into every kernel that reads
     it. ``receive``'s mask of the packets delivered in the window (their arrival times, and
-    four bool columns) was computed again in each of its ~12 pool-wide column writes, a pass
+    four bool columns) was computed again in each of its 11 pool-wide selects (column writes and the updates of its per-flow counts), a pass
     over the pool's int64 times each. A conditional is a boundary that fusion does not
     cross, so its output is materialised. The predicate is one XLA cannot fold (the window
     ends after 0 ps: always), and both branches give the same int8 values.
