@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=20)
     parser.add_argument("--top", type=int, default=15, help="kernels listed by time")
     parser.add_argument("--out", default="benchmarks/results/kernel_profile.json")
+    parser.add_argument("--hlo-out", help="also write the compiled program's text here (to read a kernel by its name)")
     args = parser.parse_args()
 
     scope_phases()
@@ -193,6 +194,8 @@ def main() -> None:
         seconds.append(time.perf_counter() - began)
     ms_per_window = min(seconds) / n * 1e3  # best of 3
     names, entries = op_names(program.as_text()), output_entries(program.as_text())
+    if args.hlo_out:
+        Path(args.hlo_out).write_text(program.as_text())
 
     trace_dir = Path(tempfile.mkdtemp())
     with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):

@@ -45,10 +45,22 @@ def event_sort_sizes(n_keys: int, n_ports: int) -> list[int]:
     return [first] + [n for n in sort_sizes(n_keys) if n > first] + ([n_keys] if first < n_keys else [])
 
 
-def _window_traffic(params: Params, state: State, window_end_ps):
-    """What the window does to each ingress's count: (S,) bool packets that left this window
-    and (S,) bool that came this window (counted ones), (S,) int64 when each left, (S,)
-    int64 their sizes, and (P,) int64 the bytes each ingress held at the window start."""
+class _Traffic(NamedTuple):
+    """What the window does to each ingress's count (counted packets only)."""
+
+    left_now: jnp.ndarray  # (S,) bool the packet stopped counting this window (left its switch)
+    came_now: jnp.ndarray  # (S,) bool it started counting this window (reached its switch)
+    left_ps: jnp.ndarray  # (S,) int64 when it stops counting (``ops.pfc.counted_until_ps``)
+    size: jnp.ndarray  # (S,) int64 its bytes
+    held_start: jnp.ndarray  # (P,) int64 the bytes each ingress held at the window start
+    came_bytes: jnp.ndarray  # (P,) int64 the bytes that reached each ingress this window
+    left_bytes: jnp.ndarray  # (P,) int64 the bytes that left each ingress this window
+
+
+def _window_traffic(params: Params, state: State, window_end_ps) -> _Traffic:
+    """The window's ``_Traffic``: its per-ingress sums are one segment sum over the pool,
+    of three bytes per packet (held at the start, came, left): a scatter costs about the
+    same per packet with one value or three."""
     pkts = state.packets
     window_start_ps = window_end_ps - params.window_ps
     counted, left_ps = counted_until_ps(params, pkts)
@@ -58,19 +70,19 @@ def _window_traffic(params: Params, state: State, window_end_ps):
     not_yet_left = ~pkts.pkt_in_flight | (left_ps >= window_start_ps)
     came_now = counted & (pkts.pkt_ingress_ps >= window_start_ps) & not_yet_left
     held_before = counted & (pkts.pkt_ingress_ps < window_start_ps) & not_yet_left
-    held_start = count_by(held_before, pkts.pkt_ingress, params.static.n_ports, size)
-    return left_now, came_now, left_ps, size, held_start
+    n_ports = params.static.n_ports
+    bytes_of = jnp.stack([jnp.where(mask, size, 0) for mask in (held_before, came_now, left_now)], axis=1)  # (S, 3)
+    per_ingress = jax.ops.segment_sum(bytes_of, jnp.where(counted, pkts.pkt_ingress, n_ports), n_ports)  # (P, 3)
+    return _Traffic(left_now, came_now, left_ps, size, *(per_ingress[:, i] for i in range(3)))
 
 
-def _near_threshold(params: Params, state: State, traffic):
+def _near_threshold(params: Params, state: State, traffic: _Traffic):
     """(P,) bool the links that might change state this window: a running link only if all
     its arrivals could take it above XOFF, a paused one only if all its departures could
     take it below XON (bounds of its count, which never leaves them). Only their events
     are replayed."""
-    left_now, came_now, _, size, held_start = traffic
-    ingress, n_ports = state.packets.pkt_ingress, params.static.n_ports
-    highest = held_start + count_by(came_now, ingress, n_ports, size)
-    lowest = held_start - count_by(left_now, ingress, n_ports, size)
+    highest = traffic.held_start + traffic.came_bytes
+    lowest = traffic.held_start - traffic.left_bytes
     paused = state.links.pfc_paused[:, -1]
     could = jnp.where(paused, lowest < params.links.link_pfc_xon_bytes, highest > params.links.link_pfc_xoff_bytes)
     return could & params.links.link_into_switch
@@ -102,7 +114,7 @@ def _event_keys(params: Params, state: State, window_end_ps, traffic, near, layo
     bool, at links near a threshold (``near`` (P,)): (2 n,) int64, each slot's departure
     then each slot's arrival (``layout.none`` where it has none), and (2 n,) int32 their
     event indices (``at``, then ``at`` + S)."""
-    left_now, came_now, left_ps, _, _ = traffic
+    left_now, came_now, left_ps = traffic.left_now, traffic.came_now, traffic.left_ps
     pkts, n_slots = state.packets, params.static.n_slots
     window_start_ps = window_end_ps - params.window_ps
     ingress = jnp.maximum(pkts.pkt_ingress[at], 0)
@@ -119,7 +131,7 @@ def _event_keys(params: Params, state: State, window_end_ps, traffic, near, layo
 def _sorted_events(params: Params, window_end_ps, traffic, layout: _KeyLayout, event_keys, event_index):
     """Sort event keys (n,) (their indices ``event_index`` (n,) int32 when not packed) and
     unpack: (n,) int32 link (n_ports for none), (n,) int64 time, (n,) int64 byte change."""
-    size = traffic[3]
+    size = traffic.size
     n_slots = params.static.n_slots
     window_start_ps = window_end_ps - params.window_ps
     if layout.index_bits:
@@ -166,7 +178,7 @@ def _decisions(params: Params, state: State, window_end_ps, traffic, events):
     (P,) and its number of changes (P,), from the window's sorted ``events``."""
     links, n_ports = state.links, params.static.n_ports
     link, time_ps, delta = events
-    paused, changed = _latch(params, state, link, delta, traffic[-1])
+    paused, changed = _latch(params, state, link, delta, traffic.held_start)
     index = jnp.arange(link.shape[0])
     segment = jnp.where(changed, link, n_ports)
     n_changes = count_by(changed, segment, n_ports)
@@ -196,7 +208,7 @@ def pfc(params: Params, state: State, window_end_ps) -> State:
         near = _near_threshold(params, state, traffic)
         layout = _key_layout(params)
         n_slots = params.static.n_slots
-        left_now, came_now = traffic[0], traffic[1]
+        left_now, came_now = traffic.left_now, traffic.came_now
         with_event = (left_now | came_now) & near[jnp.maximum(state.packets.pkt_ingress, 0)]  # (S,)
         places_needed = 2 * jnp.sum(with_event, dtype=jnp.int32)
         if n_keys <= PFC_COMPACT_ABOVE:
