@@ -14,7 +14,16 @@ the same state, bit for bit (checked), so only changes that keep results can be 
 
 The functions are replaced in the named module's namespace, so the callers must reach
 them through it (``queues.arrived_by``), not through their own ``from ... import``
-(then name the caller's module: ``multiverse_jax.ops.nic`` for its ``prefix_sum``).
+(then name the caller's module: ``multiverse_jax.ops.nic`` for its ``prefix_sum``). A
+system is replaced through ``multiverse_jax.engine``'s ``SYSTEMS``: a file that defines
+``SYSTEMS = tuple((n, other_pfc if n == "pfc" else f) for n, f in engine.SYSTEMS)``.
+
+``--one-core`` runs the process on one core (XLA's CPU client then makes one thread and
+partitions no kernel). It measures a change's total work, which is what a sweep on every
+core (``sweep_vs_htsim.py --devices 2``: a device per core) gains; it is also steadier:
+on 2 cores the same window's time moved 3.9-5.5 ms between runs, its min and median
+1-10 % apart, on one 1-3 % (stop 53). It can miss what a single program gains on 2 cores,
+where XLA runs independent kernels side by side.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import time
 from pathlib import Path
 
@@ -40,6 +50,16 @@ def load_file(path: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def on_one_core() -> None:
+    """Pin the process to one of its cores, before JAX starts its CPU client (whose threads
+    and kernel partitions follow the cores it sees then)."""
+    from jax._src import xla_bridge  # backends_are_initialized: not in JAX's public API
+
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError("--one-core: JAX's backend started before the process was pinned")
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
 def compile_with(module, functions: dict, params, state, n_windows: int):
@@ -69,8 +89,11 @@ def main() -> None:
     parser.add_argument("--warm-windows", type=int, default=200)
     parser.add_argument("--windows", type=int, default=30, help="windows per timed call")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls of each program, alternating")
+    parser.add_argument("--one-core", action="store_true", help="run on one core (see above)")
     parser.add_argument("--out", default="benchmarks/results/ab_window.json")
     args = parser.parse_args()
+    if args.one_core:
+        on_one_core()
 
     module, other = importlib.import_module(args.module), load_file(args.other_file)
     names = args.functions.split(",")
