@@ -22,7 +22,7 @@ system is replaced through ``multiverse_jax.engine``'s ``SYSTEMS``: a file that 
 partitions no kernel). It measures a change's total work, which is what a sweep on every
 core (``sweep_vs_htsim.py --devices 2``: a device per core) gains; it is also steadier:
 on 2 cores the same window's time moved 3.9-5.5 ms between runs, its min and median
-1-10 % apart, on one 1-3 % (stop 53). It can miss what a single program gains on 2 cores,
+2-10 % apart, on one 1-3 % (stop 53). It can miss what a single program gains on 2 cores,
 where XLA runs independent kernels side by side.
 """
 
