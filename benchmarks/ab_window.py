@@ -21,8 +21,7 @@ system is replaced through ``multiverse_jax.engine``'s ``SYSTEMS``: a file that 
 ``--one-core`` runs the process on one core (XLA's CPU client then makes one thread and
 partitions no kernel). It measures a change's total work, which is what a sweep on every
 core (``sweep_vs_htsim.py --devices 2``: a device per core) gains; it is also steadier:
-on 2 cores the same window's time moved 3.9-5.5 ms between runs, its min and median
-2-10 % apart, on one 1-3 % (stop 53). It can miss what a single program gains on 2 cores,
+at stop 53 the min and median of 10 calls fell 1-3.5 % apart on one core, 2-10 % on two. It can miss what a single program gains on 2 cores,
 where XLA runs independent kernels side by side.
 """
 

@@ -11,7 +11,7 @@ from multiverse_jax.ops.fusion import computed_once
 
 
 def _two_writes(times_ps, a, b, window_end_ps):
-    """A mask of two comparisons, read by two column writes (as ``receive``'s is by twelve)."""
+    """A mask of two comparisons, read by two column writes (as ``receive``'s is by eleven)."""
     mask = computed_once((times_ps < window_end_ps) & (times_ps % 7 != 3), window_end_ps)
     return jnp.where(mask, 0, a), jnp.where(mask, -1, b)
 
@@ -23,7 +23,14 @@ def test_the_mask_is_the_same_under_jit_and_vmap():
     got = jax.jit(_two_writes)(times_ps, a, b, jnp.int64(40_000))
     np.testing.assert_array_equal(got[0], np.where(want, 0, a))
     np.testing.assert_array_equal(got[1], np.where(want, -1, b))
-    ends = jnp.array([10_000, 40_000], jnp.int64)  # a batched predicate: a select of both branches
+    # A batched predicate (a select of both branches); a window ending at or before 0 ps takes the other branch.
+    ends = jnp.array([10_000, 40_000, 0, -5_000], jnp.int64)
     batched = jax.jit(jax.vmap(_two_writes, in_axes=(None, None, None, 0)))(times_ps, a, b, ends)
     for row, end in enumerate(np.asarray(ends)):
-        np.testing.assert_array_equal(batched[0][row], np.where((times_ps < end) & (times_ps % 7 != 3), 0, a))
+        want = (times_ps < end) & (times_ps % 7 != 3)
+        np.testing.assert_array_equal(batched[0][row], np.where(want, 0, a))
+        np.testing.assert_array_equal(batched[1][row], np.where(want, -1, b))
+    # Unbatched, the other branch alone: the mask of a window that ends before its arrivals.
+    got = jax.jit(_two_writes)(times_ps, a, b, jnp.int64(-5_000))
+    np.testing.assert_array_equal(got[0], a)
+    np.testing.assert_array_equal(got[1], b)

@@ -13,9 +13,10 @@ def computed_once(mask, window_end_ps):
     XLA's CPU fusion copies an elementwise mask's computation into every kernel that reads
     it. ``receive``'s mask of the packets delivered in the window (their arrival times, and
     four bool columns) was computed again in each of its 11 pool-wide selects (its column
-    writes and its per-flow counts' updates), a pass over the pool's int64 times each. A conditional is a boundary that fusion does not
-    cross, so its output is materialised. The predicate is one XLA cannot fold (the window
-    ends after 0 ps: always), and both branches give the same int8 values.
+    writes and its per-flow counts' updates), a pass over the pool's int64 times each. A
+    conditional is a boundary that fusion does not cross, so its output is materialised.
+    The predicate is one XLA cannot fold (the window ends after 0 ps: always), and both
+    branches give the same int8 values.
 
     The branches differ because JAX forwards an operand a branch returns unchanged, which
     would remove the conditional. Under ``vmap`` the conditional becomes a select of both
