@@ -38,7 +38,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from kernel_profile import sweep_point  # benchmarks/, run as a script
+from kernel_profile import point_arguments, sweep_point  # benchmarks/, run as a script
 from multiverse_jax import engine
 from multiverse_jax.peers import htsim
 
@@ -80,9 +80,7 @@ def main() -> None:
     parser.add_argument("module", help="the module whose functions are replaced, e.g. multiverse_jax.ops.queues")
     parser.add_argument("other_file", help="a file with the other version of that module")
     parser.add_argument("functions", help="comma-separated names taken from the other file")
-    parser.add_argument("--k", type=int, default=8)
-    parser.add_argument("--flow-bytes", type=int, default=4_000_000)
-    parser.add_argument("--slots-per-host", type=int, default=512)
+    point_arguments(parser)
     parser.add_argument("--ack-class", default="data", choices=("data", "control"), help="packet.ack_class (data: htsim's)")
     parser.add_argument("--mode", default="roce", choices=tuple(htsim.CC_OF_MODE), help="htsim's mode: roce (no congestion control) or hpcc")
     parser.add_argument("--warm-windows", type=int, default=200)

@@ -81,6 +81,14 @@ def sweep_point(k: int, flow_bytes: int, slots_per_host: int, ack_class: str = "
     return build_batch([experiment_from_config(cfg)], slots_per_host=slots_per_host)
 
 
+def point_arguments(parser) -> None:
+    """The sweep point's options (``sweep_point``'s k, flow size and slots a host), shared by
+    the scripts that run it."""
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--flow-bytes", type=int, default=4_000_000)
+    parser.add_argument("--slots-per-host", type=int, default=512)
+
+
 def op_names(compiled_text: str) -> dict[str, str]:
     """Instruction name -> its op_name metadata (the named scopes it was traced in)."""
     names = {}
@@ -167,9 +175,7 @@ def top_kernels(by_kernel, names, entries, systems, n_windows: int, n_top: int) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--k", type=int, default=8)
-    parser.add_argument("--flow-bytes", type=int, default=4_000_000)
-    parser.add_argument("--slots-per-host", type=int, default=512)
+    point_arguments(parser)
     parser.add_argument("--warm-windows", type=int, default=200)
     parser.add_argument("--windows", type=int, default=20)
     parser.add_argument("--top", type=int, default=15, help="kernels listed by time")
