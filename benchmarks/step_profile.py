@@ -58,7 +58,7 @@ def transmit_rounds(params, state):
     state = engine.systems_before("transmit", params, state, end)
     serving, order, free, upcoming = window_start(params, state, end)  # as systems/transmit.transmit starts
 
-    n_classes = 1 + params.static.n_data_classes
+    class_queues = params.static.class_queues  # a port's class queues (``Static.n_queues``)
     is_nic = params.ports.port_host >= 0  # (P,) the port is a host's NIC
 
     def body(carry):
@@ -69,7 +69,7 @@ def transmit_rounds(params, state):
         came_back = came_back | jnp.any(sending & idle_before)
         new = serve_round(params, serving, end, order, free, upcoming)
         # A port sends the packets it took from its queues (a run: several) and those its NIC created.
-        taken = (new.head - serving.head).reshape(-1, n_classes).sum(axis=1, dtype=jnp.int32)
+        taken = (new.head - serving.head).reshape(-1, class_queues).sum(axis=1, dtype=jnp.int32)
         created = jnp.zeros_like(sends).at[params.nics.nic_port].add(new.used - serving.used)
         return new, jnp.any(new.front.sends), rounds + 1, sends + taken + created, per_round, idle_before | ~sending, came_back
 

@@ -84,14 +84,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run_batch(experiments, slots: int, max_slots: int = 1 << 14, batching: str = "auto", devices: int = 1):
+def run_batch(experiments, slots: int, max_slots: int = 1 << 14, batching: str = "auto", devices: int = 1, steps_per_call: int = 64):
     """``simulate`` of the experiments as one batch (sharded over ``devices`` local
-    devices), doubling the packet slots while a host's pool runs out. Returns (results,
-    wall s less compile, compile s, slots)."""
+    devices, ``steps_per_call`` windows a compiled call), doubling the packet slots while
+    a host's pool runs out. Returns (results, wall s less compile, compile s, slots)."""
     while True:
         COMPILE_CLOCK.take()
         began = time.perf_counter()
-        results = simulate(experiments, slots_per_host=slots, batching=batching, devices=devices)
+        results = simulate(experiments, slots_per_host=slots, batching=batching, devices=devices, steps_per_call=steps_per_call)
         wall = time.perf_counter() - began
         compile_s = COMPILE_CLOCK.take() or 0.0
         if not any(POOL_FULL in r.summary["error"] for r in results) or slots * 2 > max_slots:

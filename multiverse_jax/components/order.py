@@ -27,7 +27,7 @@ class OrderState:
 
 def initial_order_state(s: Static) -> OrderState:
     """Nothing kept: no packet is queued before the first window."""
-    n_queues = s.n_ports * (1 + s.n_data_classes)
+    n_queues = s.n_queues
     return OrderState(
         order_slot=np.full(s.n_slots, s.n_slots, np.int32),
         order_time_ps=np.zeros(s.n_slots, np.int64),

@@ -72,3 +72,22 @@ class Static:
     def n_slots(self) -> int:
         """Packet pool size per experiment: H * S."""
         return self.n_hosts * self.slots_per_host
+
+    @property
+    def first_queued_class(self) -> int:
+        """The lowest class a port queues packets in: 0 (control) where some experiment may
+        have control packets (``rival_classes``); else 1, as every packet is in its flow's
+        data class (``ops/queues.packet_class``) and class 0 would stay empty."""
+        return 0 if self.rival_classes else 1
+
+    @property
+    def class_queues(self) -> int:
+        """The class queues of a port: classes ``first_queued_class`` .. C (one, the port's
+        data FIFO, without rival classes: htsim's configuration)."""
+        return 1 + self.n_data_classes - self.first_queued_class
+
+    @property
+    def n_queues(self) -> int:
+        """Q: class queues over every port, P x ``class_queues`` (queue ``class_queues`` p +
+        k - ``first_queued_class`` is port p's class k)."""
+        return self.n_ports * self.class_queues

@@ -11,7 +11,11 @@ the first packet arriving later (a binary search: the packets of a queue are sor
 arrival).
 
 Queue ``(1 + C) p + k`` is port p's class k: class 0 control (ACKs, unless
-``packet.ack_class=data``), 1 + k data priority k. FIFO order is arrival time, then the
+``packet.ack_class=data``), 1 + k data priority k. Without rival classes
+(``Static.rival_classes`` off: every experiment queues ACKs with data at one priority,
+htsim's configuration) class 0 is never used and a port has one queue, its data FIFO:
+queue p (``Static.class_queues``, ``first_queued_class``), so every per-queue array is
+half as long. FIFO order is arrival time, then the
 tie-breaks of ``PacketState.pkt_scheduled_ps`` and ``pkt_rank``, then the slot first in
 host order (``ops.packets.in_host_order``).
 """
@@ -192,8 +196,10 @@ def _queue_of_position(queue_end, n_positions: int):
 
 
 def _queue_of(params: Params, pkts: PacketState, at):
-    """The class queue of the packets in slots ``at``: (1 + C) port + class."""
-    return (1 + params.static.n_data_classes) * pkts.pkt_port[at] + packet_class(params, pkts)[at]
+    """The class queue of the packets in slots ``at``: (1 + C) port + class (without rival
+    classes: the port, ``Static.n_queues``)."""
+    static = params.static
+    return static.class_queues * pkts.pkt_port[at] + packet_class(params, pkts)[at] - static.first_queued_class
 
 
 class KeptView(NamedTuple):
@@ -274,7 +280,7 @@ def keep(order: ServiceOrder, head, window_end_ps) -> OrderState:
 
 def _no_queues(params: Params) -> ServiceOrder:
     """The service order of a window with nothing queued."""
-    n_slots, n_queues = params.static.n_slots, params.static.n_ports * (1 + params.static.n_data_classes)
+    n_slots, n_queues = params.static.n_slots, params.static.n_queues
     zeros = jnp.zeros(n_slots, jnp.int32)
     return ServiceOrder(
         jnp.full(n_slots, n_slots, jnp.int32), jnp.full(n_slots, NEVER, jnp.int64), jnp.zeros(n_slots + 1, jnp.int64),
@@ -322,8 +328,7 @@ def _order_of(params: Params, pkts: PacketState, window_end_ps, members) -> Serv
 
     The FIFO order (``fifo_order``), then one more stable sort by queue.
     """
-    n_ports, n_classes, n_slots = params.static.n_ports, 1 + params.static.n_data_classes, params.static.n_slots
-    n_queues, n = n_ports * n_classes, members.shape[0]
+    n_slots, n_queues, n = params.static.n_slots, params.static.n_queues, members.shape[0]
     index_bits = max(1, n.bit_length())
     at = jnp.minimum(members, n_slots - 1)
     time_ps = pkts.pkt_time_ps[at]

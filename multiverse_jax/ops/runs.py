@@ -161,6 +161,7 @@ def behind(params: Params, order, head, first_end_ps, chosen, who, held, offer_p
     choice and the next, the port's candidates change only by the class it served.
     """
     n_classes, n_rows = 1 + params.static.n_data_classes, run_rows(params.static) - 1
+    assert params.static.first_queued_class == 0, "merged runs are for ports with rival class queues (control among them)"
     n_positions = order.slot.shape[0]
     window_start_ps = window_end_ps - params.window_ps
     queue = n_classes * who[:, None] + jnp.arange(n_classes)  # (K, 1 + C)
@@ -291,8 +292,8 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
     Returns the ``Ran`` and the pool with the runs' packets on the wire: ``leave(params,
     packets, rows)`` writes them (``systems.transmit.leave``), in the same branch, so an
     idle round writes nothing."""
-    n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
-    n_queued = (order.queue_end - head).reshape(n_ports, n_classes)
+    n_ports = params.static.n_ports
+    n_queued = (order.queue_end - head).reshape(n_ports, params.static.class_queues)
     # (P,) the packets queued behind each port's first departure, every class's (a NIC's new packet was not queued).
     n_behind = jnp.where(first.sends, jnp.sum(n_queued, axis=1) - jnp.where(first.creates, 0, 1), 0)
     one_queue = jnp.sum(n_queued > 0, axis=1) <= 1  # (P,) one class queue holds the port's packets: no rival class queued
@@ -341,7 +342,8 @@ def _ran(rows: Rows) -> Ran:
 
 def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_ready_ps, n_behind, window_end_ps, one_queue, way=MERGED) -> Rows:
     """The runs of one round (``follow``'s way ``way``: ``_way``)."""
-    n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
+    static = params.static
+    n_ports, n_classes, class_queues, first_class = static.n_ports, 1 + static.n_data_classes, static.class_queues, static.first_queued_class
     window_start_ps = window_end_ps - params.window_ps
     single = way != MERGED
     if way == LONG:
@@ -355,8 +357,8 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
     held = pfc.held_until_ps(params, links, jnp.maximum(first_end_ps, window_start_ps), at)
     if single:
         # The class queue that holds the port's packets: the first's, or after a NIC's new packet the one with any.
-        n_queued = (order.queue_end - head).reshape(n_ports, n_classes)[at]
-        queue_class = jnp.where(first_k.creates, jnp.argmax(n_queued > 0, axis=1), chosen[at]).astype(jnp.int32)
+        n_queued = (order.queue_end - head).reshape(n_ports, class_queues)[at]
+        queue_class = jnp.where(first_k.creates, first_class + jnp.argmax(n_queued > 0, axis=1), chosen[at]).astype(jnp.int32)
         nxt, queue_bytes, ends, known = single_class(
             params, order, head, end0, first_k, first_end_ps, queue_class, at, held, offer_ready_ps[at], window_end_ps, n_rows, way == LONG
         )  # fmt: skip
@@ -387,12 +389,13 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
         port_busy_rank=last(ports.port_busy_rank, dep.busy_rank), port_train_rank=last(ports.port_train_rank, dep.rank),
         port_last_scheduled_ps=last(ports.port_last_scheduled_ps, dep.scheduled_ps),
     )  # fmt: skip
-    queue = (n_classes * who[:, None] + jnp.arange(n_classes)).reshape(-1)
-    sent_by_queue = jnp.repeat(n_sent, n_classes)
+    queue = (class_queues * who[:, None] + jnp.arange(class_queues)).reshape(-1)
+    sent_by_queue = jnp.repeat(n_sent, class_queues)
     last_ends = jnp.take_along_axis(ends, jnp.maximum(sent_by_queue - 1, 0)[None], axis=0)[0]
     kept_ends = end0[jnp.minimum(queue, end0.shape[0] - 1)]
     ends = end0.at[queue].set(jnp.where(sent_by_queue > 0, last_ends, kept_ends), mode="drop")
-    served = jnp.zeros(n_ports * n_classes, jnp.int32).at[n_classes * who + nxt.queue_class].add(sends.astype(jnp.int32), mode="drop")
+    served_queue = class_queues * who + nxt.queue_class - first_class
+    served = jnp.zeros(static.n_queues, jnp.int32).at[served_queue].add(sends.astype(jnp.int32), mode="drop")
     cells = n_cells(params.static)
 
     def flat(x, fill=0):  # (R, K) -> (N,): the padding sends nothing
@@ -444,8 +447,9 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
     the queue (R, K), where each queue's arrived packets end (R, K (1 + C)) and whether
     that is known (R, K)."""
     n_classes, n_positions = 1 + params.static.n_data_classes, order.slot.shape[0]
+    class_queues, first_class = params.static.class_queues, params.static.first_queued_class
     window_start_ps = window_end_ps - params.window_ps
-    queue = n_classes * who + chosen  # (K,)
+    queue = class_queues * who + chosen - first_class  # (K,)
     creates = first.creates  # (K,) the first was a NIC's new packet, not this queue's head
     past_first = jnp.where(creates, 0, 1).astype(head.dtype)
     position = head[queue] + past_first + jnp.arange(n_rows, dtype=head.dtype)[:, None]  # (R, K): past the first's packet
@@ -460,10 +464,11 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
     free_ps = jnp.where(is_data, jnp.maximum(first_end_ps, held[0]), first_end_ps)
     start = before_ps + jnp.maximum(free_ps, jax.lax.cummax(ready_ps - before_ps, axis=0))
     # Rivals: the other class queues' next packets (their pointers do not move in the run), NIC offers.
-    queue_k = n_classes * who[:, None] + jnp.arange(n_classes)  # (K, 1 + C)
+    queue_k = class_queues * who[:, None] + jnp.arange(class_queues)  # (K, class queues)
+    class_k = first_class + jnp.arange(class_queues)  # the class of each
     head_k = head[queue_k]
     rival_ps = jnp.where(
-        (head_k < order.queue_end[queue_k]) & (jnp.arange(n_classes) != chosen[:, None]),
+        (head_k < order.queue_end[queue_k]) & (class_k != chosen[:, None]),
         order.time_ps[jnp.minimum(head_k, n_positions - 1)], NEVER,
     )  # fmt: skip
     # A NIC's offer of data class c starts no earlier than the port falls free and the offer
@@ -490,7 +495,7 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
     # The port's other class queues: nothing arrives there before a certain row's start
     # (their next arrival is a rival, ``chosen_ok``), so their packets arrived by then are
     # those by the first's.
-    ends_k = jnp.where(jnp.arange(n_classes) == chosen[:, None], ends[..., None], end0[queue_k])  # (R, K, 1 + C)
+    ends_k = jnp.where(class_k == chosen[:, None], ends[..., None], end0[queue_k])  # (R, K, class queues)
     arrived = jnp.sum(order.bytes_before[ends_k] - order.bytes_before[head_k], axis=-1)
     wire = packet.wire_bytes.astype(jnp.int64)
     queue_bytes = arrived - first_queued_bytes.astype(jnp.int64) - (jnp.cumsum(wire, axis=0) - wire)

@@ -71,9 +71,7 @@ def class_heads(params: Params, state: State, offer: nic.NicOffer, order: queues
     serves its ACKs ahead of its data (htsim's host queue gives ACKs high priority),
     non-preemptively, and PFC pauses both.
     """
-    n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
-    head_ps, head_slot = queues.heads(order, head, params.static.n_slots)
-    head_ps, head_slot = head_ps.reshape(n_ports, n_classes), head_slot.reshape(n_ports, n_classes)
+    head_ps, head_slot = per_class(params.static, *queues.heads(order, head, params.static.n_slots))
     host, is_nic = _nic_host(params)
     is_offer = is_nic[:, None] & ~_nic_ack_first(params, state, head_ps[:, 1:], offer.ready_ps[host], window_start_ps, seen)
     data_ps = jnp.where(is_offer, offer.ready_ps[host], head_ps[:, 1:])
@@ -83,6 +81,25 @@ def class_heads(params: Params, state: State, offer: nic.NicOffer, order: queues
         jnp.concatenate([head_slot[:, :1], data_slot], axis=1),
         jnp.concatenate([jnp.zeros_like(is_offer[:, :1]), is_offer], axis=1),
     )
+
+
+def per_class(static, head_ps, head_slot):
+    """Each queue's head (``queues.heads``: (Q,) int64 its arrival, (Q,) int32 its slot)
+    as (P, 1 + C) arrays over every class, the classes a port never queues in
+    (``Static.first_queued_class``) empty (NEVER, no slot)."""
+    n_ports, unqueued = static.n_ports, static.first_queued_class
+    head_ps, head_slot = head_ps.reshape(n_ports, static.class_queues), head_slot.reshape(n_ports, static.class_queues)
+    return (
+        jnp.concatenate([jnp.full((n_ports, unqueued), NEVER, head_ps.dtype), head_ps], axis=1),
+        jnp.concatenate([jnp.full((n_ports, unqueued), static.n_slots, head_slot.dtype), head_slot], axis=1),
+    )
+
+
+def chosen_queues(static, chosen):
+    """(P,) int32 the class queue of each port's ``chosen`` class (P,) (``Static.n_queues``; a
+    port that starts nothing may have chosen a class it never queues in: its lowest queue)."""
+    port = jnp.arange(static.n_ports, dtype=jnp.int32)
+    return static.class_queues * port + jnp.maximum(chosen - static.first_queued_class, 0)
 
 
 def _nic_ack_first(params: Params, state: State, ack_ps, offer_ps, window_start_ps, seen):
@@ -369,9 +386,9 @@ def serve_round(params: Params, serving: Serving, window_end_ps, order, free, up
     ``queues.service_order``; ``free``: its ``nic.free_slots``; ``upcoming``: see
     ``upcoming_egress``. Its cost is per port and per flow, not per pool slot."""
     state, head, used, front = serving.state, serving.head, serving.used, serving.front
-    n_ports, n_classes = params.static.n_ports, 1 + params.static.n_data_classes
+    n_ports = params.static.n_ports
     offer, chosen = front.offer, front.chosen
-    chosen_queue = n_classes * jnp.arange(n_ports) + chosen
+    chosen_queue = chosen_queues(params.static, chosen)
     head_packet = queues.at_head(order, head, chosen_queue)  # (P,) each: what a port serving its queue sends
     dep = depart(params, state, front, head_packet)
     # Queue just before each departure: everything queued at the port that has arrived by
