@@ -39,7 +39,8 @@ class Static:
     #   packet (hpcc.int_queue=with_packet): transmit looks ahead at the packets in flight to each port
     rival_classes: bool = True  # a port may hold packets in two class queues (control-class ACKs, or flow
     #   priorities): runs merge its queues by strict priority. False where every experiment queues ACKs with data
-    #   at one priority (htsim's configuration): every port's packets are in one FIFO, and runs take its closed form
+    #   at one priority (htsim's configuration): every port's packets are in one FIFO, its only class queue
+    #   (``n_queues``: P, not P (1 + C)), and runs take its closed form
     switch_serial: bool = False  # some experiment has switch.pipeline=serial: transmit ranks the packets that
     #   reach a switch at one instant (a ports x queues comparison per round) and queues sort by a third key
     admit_entries: int = 1  # A: hand-over times kept per flow for a polling sender (hpcc.pacing=ticks;

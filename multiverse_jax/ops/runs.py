@@ -444,7 +444,7 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
     before every rival's (another class's packet or a NIC's offer: ``offer_ps`` (K, C))
     and, for data, before the port's next pause; the queue before each departure is
     found by a search from the packet's own position on. Returns the ``Behind`` (R, K),
-    the queue (R, K), where each queue's arrived packets end (R, K (1 + C)) and whether
+    the queue (R, K), where each queue's arrived packets end (R, K x ``Static.class_queues``) and whether
     that is known (R, K)."""
     n_classes, n_positions = 1 + params.static.n_data_classes, order.slot.shape[0]
     class_queues, first_class = params.static.class_queues, params.static.first_queued_class
