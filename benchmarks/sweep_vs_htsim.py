@@ -115,7 +115,8 @@ def run_ours(args, configs, mode: str, n_devices: int, live_prefix: str, steps_p
     if bad:
         print(f"{label}: points {bad} did not finish: {results[bad[0]].summary['error']}", file=sys.stderr)
     fcts = [r.flows["fct_ps"] for r in results]
-    first_fcts.extend([] if first_fcts else fcts)
+    if not first_fcts:  # the first run: the reference
+        first_fcts.extend(fcts)
     same = all(np.array_equal(a, b) for a, b in zip(fcts, first_fcts, strict=True))
     if not same:
         print(f"{label}: FCTs differ from the first variant's", file=sys.stderr)
