@@ -75,6 +75,29 @@ def compile_with(module, functions: dict, params, state, n_windows: int):
             setattr(module, name, function)
 
 
+def timed_call_arguments(parser, repeats: int) -> None:
+    """The options of a timing by alternating calls (this script's, ``system_removal.py``'s):
+    ``--windows`` a call, ``--repeats`` calls of each program (default ``repeats``), ``--one-core``."""
+    parser.add_argument("--windows", type=int, default=30, help="windows per timed call")
+    parser.add_argument("--repeats", type=int, default=repeats, help="timed calls of each program, alternating")
+    parser.add_argument("--one-core", action="store_true", help="run on one core (ab_window.py's docstring)")
+
+
+def time_alternating(programs: dict, params, state, n_windows: int, repeats: int):
+    """Each compiled program of ``programs`` (label -> program) run ``repeats`` times over
+    ``n_windows`` windows from ``state``, the programs in turn: ms a window of each call,
+    wall and the process's CPU time (steadier on a shared machine), label -> list each."""
+    ms = {label: [] for label in programs}
+    cpu_ms = {label: [] for label in programs}
+    for _ in range(repeats):
+        for label, program in programs.items():
+            began, began_cpu = time.perf_counter(), time.process_time()
+            jax.block_until_ready(program(params, state, n_windows))
+            ms[label].append((time.perf_counter() - began) / n_windows * 1e3)
+            cpu_ms[label].append((time.process_time() - began_cpu) / n_windows * 1e3)
+    return ms, cpu_ms
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("module", help="the module whose functions are replaced, e.g. multiverse_jax.ops.queues")
@@ -84,9 +107,7 @@ def main() -> None:
     parser.add_argument("--ack-class", default="data", choices=("data", "control"), help="packet.ack_class (data: htsim's)")
     parser.add_argument("--mode", default="roce", choices=tuple(htsim.CC_OF_MODE), help="htsim's mode: roce (no congestion control) or hpcc")
     parser.add_argument("--warm-windows", type=int, default=200)
-    parser.add_argument("--windows", type=int, default=30, help="windows per timed call")
-    parser.add_argument("--repeats", type=int, default=10, help="timed calls of each program, alternating")
-    parser.add_argument("--one-core", action="store_true", help="run on one core (see above)")
+    timed_call_arguments(parser, repeats=10)
     parser.add_argument("--out", default="benchmarks/results/ab_window.json")
     args = parser.parse_args()
     if args.one_core:
@@ -103,14 +124,7 @@ def main() -> None:
     ends = {label: program(batch.params, warm, args.windows) for label, program in programs.items()}
     for current, theirs in zip(jax.tree.leaves(ends["current"]), jax.tree.leaves(ends["other"])):
         np.testing.assert_array_equal(np.asarray(current), np.asarray(theirs))  # same results, bit for bit
-    ms = {label: [] for label in programs}
-    cpu_ms = {label: [] for label in programs}  # the process's CPU time: steadier than wall time on a shared machine
-    for _ in range(args.repeats):
-        for label, program in programs.items():
-            began, began_cpu = time.perf_counter(), time.process_time()
-            jax.block_until_ready(program(batch.params, warm, args.windows))
-            ms[label].append((time.perf_counter() - began) / args.windows * 1e3)
-            cpu_ms[label].append((time.process_time() - began_cpu) / args.windows * 1e3)
+    ms, cpu_ms = time_alternating(programs, batch.params, warm, args.windows, args.repeats)
     print(f"{'program':10s} {'min ms/window':>14s} {'median':>8s} {'CPU min':>8s} {'median':>8s}")
     for label, times in ms.items():
         print(f"{label:10s} {min(times):14.2f} {np.median(times):8.2f} {min(cpu_ms[label]):8.2f} {np.median(cpu_ms[label]):8.2f}")

@@ -19,26 +19,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import jax
 import numpy as np
 
-from ab_window import on_one_core  # benchmarks/, run as a script
+from ab_window import compile_with, on_one_core, time_alternating, timed_call_arguments  # benchmarks/, run as a script
 from kernel_profile import point_arguments, sweep_point
 from multiverse_jax import engine
 
 
 def compile_without(dropped: str | None, params, state, n_windows: int):
     """``advance``'s program over ``n_windows`` with the system ``dropped`` left out (None: whole)."""
-    whole = engine.SYSTEMS
-    try:
-        engine.SYSTEMS = tuple((name, system) for name, system in whole if name != dropped)
-        jax.clear_caches()  # trace again: the cached program holds the other systems
-        return engine.lower_advance(params, state, n_windows).compile()
-    finally:
-        engine.SYSTEMS = whole
+    systems = tuple((name, system) for name, system in engine.SYSTEMS if name != dropped)
+    return compile_with(engine, {"SYSTEMS": systems}, params, state, n_windows)
 
 
 def main() -> None:
@@ -46,9 +40,7 @@ def main() -> None:
     parser.add_argument("--drop", default="receive,pfc,forward", help="comma-separated systems of engine.SYSTEMS")
     point_arguments(parser)
     parser.add_argument("--at", type=int, default=450, help="windows run before the timed ones")
-    parser.add_argument("--windows", type=int, default=30, help="windows per timed call")
-    parser.add_argument("--repeats", type=int, default=6, help="timed calls of each program, alternating")
-    parser.add_argument("--one-core", action="store_true", help="run on one core (ab_window.py's --one-core)")
+    timed_call_arguments(parser, repeats=6)
     parser.add_argument("--out", default="benchmarks/results/system_removal.json")
     args = parser.parse_args()
     if args.one_core:
@@ -62,12 +54,7 @@ def main() -> None:
     batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host)
     warm = jax.block_until_ready(engine.advance(batch.params, batch.state, args.at))
     programs = {label: compile_without(label, batch.params, warm, args.windows) for label in [None] + dropped}
-    ms = {label: [] for label in programs}
-    for _ in range(args.repeats):
-        for label, program in programs.items():
-            began = time.perf_counter()
-            jax.block_until_ready(program(batch.params, warm, args.windows))
-            ms[label].append((time.perf_counter() - began) / args.windows * 1e3)
+    ms, _ = time_alternating(programs, batch.params, warm, args.windows, args.repeats)
     whole = min(ms[None])
     print(f"{'step':18s} {'min ms/window':>14s} {'median':>8s} {'saves (min)':>12s}")
     for label, times in ms.items():

@@ -195,11 +195,22 @@ def _queue_of_position(queue_end, n_positions: int):
     return prefix_sum(ends[:n_positions], dtype=jnp.int32)
 
 
+def queue_of_class(static, port, class_):
+    """The class queue of class ``class_`` at ``port`` (arrays alike, broadcasting): queue
+    ``Static.class_queues`` port + class - ``first_queued_class`` (``Static.n_queues``)."""
+    return static.class_queues * port + class_ - static.first_queued_class
+
+
+def port_queues(static, ports):
+    """(K, class queues) int the class queues of ``ports`` (K,), lowest class first, and
+    (class queues,) the class of each column."""
+    classes = static.first_queued_class + jnp.arange(static.class_queues)
+    return queue_of_class(static, ports[:, None], classes), classes
+
+
 def _queue_of(params: Params, pkts: PacketState, at):
-    """The class queue of the packets in slots ``at``: (1 + C) port + class (without rival
-    classes: the port, ``Static.n_queues``)."""
-    static = params.static
-    return static.class_queues * pkts.pkt_port[at] + packet_class(params, pkts)[at] - static.first_queued_class
+    """The class queue of the packets in slots ``at`` (``queue_of_class``)."""
+    return queue_of_class(params.static, pkts.pkt_port[at], packet_class(params, pkts)[at])
 
 
 class KeptView(NamedTuple):

@@ -164,7 +164,7 @@ def behind(params: Params, order, head, first_end_ps, chosen, who, held, offer_p
     assert params.static.first_queued_class == 0, "merged runs are for ports with rival class queues (control among them)"
     n_positions = order.slot.shape[0]
     window_start_ps = window_end_ps - params.window_ps
-    queue = n_classes * who[:, None] + jnp.arange(n_classes)  # (K, 1 + C)
+    queue, _ = queues.port_queues(params.static, who)  # (K, 1 + C)
     queue_end = order.queue_end[queue]
     position = head[queue] + (jnp.arange(n_classes) == chosen[:, None])  # the first's class: past it
     free_ps = first_end_ps
@@ -389,13 +389,12 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
         port_busy_rank=last(ports.port_busy_rank, dep.busy_rank), port_train_rank=last(ports.port_train_rank, dep.rank),
         port_last_scheduled_ps=last(ports.port_last_scheduled_ps, dep.scheduled_ps),
     )  # fmt: skip
-    queue = (class_queues * who[:, None] + jnp.arange(class_queues)).reshape(-1)
+    queue = queues.port_queues(static, who)[0].reshape(-1)
     sent_by_queue = jnp.repeat(n_sent, class_queues)
     last_ends = jnp.take_along_axis(ends, jnp.maximum(sent_by_queue - 1, 0)[None], axis=0)[0]
     kept_ends = end0[jnp.minimum(queue, end0.shape[0] - 1)]
     ends = end0.at[queue].set(jnp.where(sent_by_queue > 0, last_ends, kept_ends), mode="drop")
-    served_queue = class_queues * who + nxt.queue_class - first_class
-    served = jnp.zeros(static.n_queues, jnp.int32).at[served_queue].add(sends.astype(jnp.int32), mode="drop")
+    served = jnp.zeros(static.n_queues, jnp.int32).at[queues.queue_of_class(static, who, nxt.queue_class)].add(sends.astype(jnp.int32), mode="drop")
     cells = n_cells(params.static)
 
     def flat(x, fill=0):  # (R, K) -> (N,): the padding sends nothing
@@ -447,9 +446,8 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
     the queue (R, K), where each queue's arrived packets end (R, K x ``Static.class_queues``) and whether
     that is known (R, K)."""
     n_classes, n_positions = 1 + params.static.n_data_classes, order.slot.shape[0]
-    class_queues, first_class = params.static.class_queues, params.static.first_queued_class
     window_start_ps = window_end_ps - params.window_ps
-    queue = class_queues * who + chosen - first_class  # (K,)
+    queue = queues.queue_of_class(params.static, who, chosen)  # (K,)
     creates = first.creates  # (K,) the first was a NIC's new packet, not this queue's head
     past_first = jnp.where(creates, 0, 1).astype(head.dtype)
     position = head[queue] + past_first + jnp.arange(n_rows, dtype=head.dtype)[:, None]  # (R, K): past the first's packet
@@ -464,8 +462,7 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
     free_ps = jnp.where(is_data, jnp.maximum(first_end_ps, held[0]), first_end_ps)
     start = before_ps + jnp.maximum(free_ps, jax.lax.cummax(ready_ps - before_ps, axis=0))
     # Rivals: the other class queues' next packets (their pointers do not move in the run), NIC offers.
-    queue_k = class_queues * who[:, None] + jnp.arange(class_queues)  # (K, class queues)
-    class_k = first_class + jnp.arange(class_queues)  # the class of each
+    queue_k, class_k = queues.port_queues(params.static, who)  # (K, class queues), the class of each
     head_k = head[queue_k]
     rival_ps = jnp.where(
         (head_k < order.queue_end[queue_k]) & (class_k != chosen[:, None]),

@@ -99,7 +99,7 @@ def chosen_queues(static, chosen):
     """(P,) int32 the class queue of each port's ``chosen`` class (P,) (``Static.n_queues``; a
     port that starts nothing may have chosen a class it never queues in: its lowest queue)."""
     port = jnp.arange(static.n_ports, dtype=jnp.int32)
-    return static.class_queues * port + jnp.maximum(chosen - static.first_queued_class, 0)
+    return queues.queue_of_class(static, port, jnp.maximum(chosen, static.first_queued_class))
 
 
 def _nic_ack_first(params: Params, state: State, ack_ps, offer_ps, window_start_ps, seen):
