@@ -7,6 +7,8 @@ one device), and reports, per stretch of ``--bin`` windows:
 
 * ``ms/window`` (wall time of the calls) and ``hops/window`` (packet-hops simulated);
 * ``live``: the packets in the pool (valid slots) at the stretch's end;
+* ``queued``: of them, those waiting in an egress queue (``packets.queued``), not on a
+  wire: every pass over the pool reads them, though a window moves only ``hops/window``;
 * ``columns``: one past the highest column any host holds a packet in (``pool.columns_in_use``):
   a window runs on the pool's first columns only while this, plus what a window may
   create, fits them (``ops/pool.py``), so every window pays for ``columns`` x hosts slots;
@@ -38,42 +40,44 @@ import numpy as np
 from kernel_profile import sweep_point  # benchmarks/, run as a script
 from multiverse_jax import engine
 from multiverse_jax.ops import pool
+from multiverse_jax.ops.packets import queued
 
 
 @jax.jit
 def occupancy(params, state):
-    """Per experiment: live packets, columns in use, and the sum over hosts of each host's columns in use."""
+    """Per experiment: live packets, queued packets, columns in use, and the sum over hosts of each host's columns in use."""
 
     def one(p, s):
         per_host = pool.host_columns_in_use(p, s.packets)  # (H,)
-        return jnp.sum(s.packets.pkt_valid, dtype=jnp.int32), pool.columns_in_use(p, s.packets), jnp.sum(per_host)
+        live, waiting = (jnp.sum(mask, dtype=jnp.int32) for mask in (s.packets.pkt_valid, queued(s.packets)))
+        return live, waiting, pool.columns_in_use(p, s.packets), jnp.sum(per_host)
 
     return jax.vmap(one)(params, state)
 
 
 def whole_run(program, params, state, chunk: int):
     """One run from ``state`` to its end: per call (first window, windows, packet-hops,
-    wall s, and after it live packets, columns in use, host sum)."""
+    wall s, and after it live and queued packets, columns in use, host sum)."""
     chunks = []
     while not bool(np.all(np.asarray(state.done))):
         windows, hops = int(state.n_windows[0]), int(state.n_packet_hops[0])
         began = time.perf_counter()
         state = jax.block_until_ready(program(params, state, chunk))
         wall_s = time.perf_counter() - began
-        live, columns, host_sum = (int(x[0]) for x in occupancy(params, state))  # outside the timed call
-        chunks.append((windows, int(state.n_windows[0]) - windows, int(state.n_packet_hops[0]) - hops, wall_s, live, columns, host_sum))
+        live, waiting, columns, host_sum = (int(x[0]) for x in occupancy(params, state))  # outside the timed call
+        chunks.append((windows, int(state.n_windows[0]) - windows, int(state.n_packet_hops[0]) - hops, wall_s, live, waiting, columns, host_sum))
     return chunks
 
 
 def binned(chunks, size: int) -> list[dict]:
     """The calls of a run in rows of ``size`` windows (occupancy at each row's end)."""
     bins = {}
-    for first, windows, hops, wall_s, live, columns, host_sum in chunks:
+    for first, windows, hops, wall_s, live, waiting, columns, host_sum in chunks:
         row = bins.setdefault(first // size, {"first_window": first // size * size, "windows": 0, "hops": 0, "wall_s": 0.0})
         row["windows"] += windows
         row["hops"] += hops
         row["wall_s"] += wall_s
-        row.update(live=live, columns=columns, host_sum=host_sum)
+        row.update(live=live, queued=waiting, columns=columns, host_sum=host_sum)
     return list(bins.values())
 
 
@@ -123,11 +127,11 @@ def main(argv=None) -> int:
             f"{size['packet_hops']:,} packet-hops, wall s {', '.join(f'{w:.2f}' for w in size['wall_s'])} "
             f"({size['packet_hops_per_s'] / 1e6:.3f} M/s at the best), compile {size['compile_s']:.1f} s"
         )
-        print(f"{'windows':>9} {'ms/window':>10} {'hops/window':>12} {'live':>7} {'columns':>8} {'host_sum':>9}")
+        print(f"{'windows':>9} {'ms/window':>10} {'hops/window':>12} {'live':>7} {'queued':>7} {'columns':>8} {'host_sum':>9}")
         for row in size["bins"]:
             print(
                 f"{row['first_window']:>8}+ {row['wall_s'] / row['windows'] * 1e3:>10.3f} {row['hops'] / row['windows']:>12.1f} "
-                f"{row['live']:>7} {row['columns']:>8} {row['host_sum']:>9}"
+                f"{row['live']:>7} {row['queued']:>7} {row['columns']:>8} {row['host_sum']:>9}"
             )
     if len(out) > 1:
         base = min(out[0]["wall_s"])
