@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from multiverse_jax.components.experiment import Params, State, experiment_params, initial_state
-from multiverse_jax.components.static import RUN_PACKETS, RUN_PACKETS_SINGLE_CLASS, Static
+from multiverse_jax.components.static import RUN_PACKETS, RUN_PACKETS_SINGLE_CLASS, RUN_PORTS_SINGLE_CLASS, Static
 from multiverse_jax.components.flows import ADMIT_ENTRIES
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
 from multiverse_jax.conf.schema import AckClass, CcKind, HpccIntQueue, HpccPacing, HybridRestore, LivePrefix, LongRuns, SimMode, SwitchPipeline
@@ -117,6 +117,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         inexact_rates=any(inexact(e) for e in experiments),
         admit_entries=ADMIT_ENTRIES if any(e.cc == CcKind.hpcc and e.hpcc.pacing == HpccPacing.ticks for e in experiments) else 1,
         switch_serial=any(e.switch.pipeline == SwitchPipeline.serial for e in experiments),
+        congestion_control=any(e.cc != CcKind.none for e in experiments),
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
         run_packets=_run_packets(experiments),
         lockstep_experiments=max(e.sim.lockstep_experiments for e in experiments),
@@ -138,7 +139,9 @@ def _by_backend(static: Static, experiments) -> Static:
     (``vmap`` 8-10 % on a CPU) and every program compiles 12-25 % longer. On a CPU, a batch
     without rival classes (``Static.rival_classes``) runs ``RUN_PACKETS_SINGLE_CLASS``
     packets a round, unless ``sim.run_packets`` asks: its runs take a closed form there,
-    whose longer runs cost little (the htsim sweep 7 % faster than way 3 at 8, stop 44)."""
+    whose longer runs cost little (the htsim sweep 7 % faster than way 3 at 8, stop 44),
+    at ``RUN_PORTS_SINGLE_CLASS`` ports a round: a round's runs cost their cells, and the
+    htsim sweep ran 6 % faster with 8 runners than with 96 (stop 56)."""
     on_cpu = jax.default_backend() == "cpu"
     layout = next((str(e.sim.live_prefix) for e in experiments if e.sim.live_prefix != LivePrefix.auto), "auto")
     outer, inner, per_host = default_prefix_columns(static.n_hosts, static.slots_per_host, on_cpu, layout)
@@ -146,6 +149,7 @@ def _by_backend(static: Static, experiments) -> Static:
         static, prefix_columns=outer, prefix_inner_columns=inner, prefix_per_host=per_host,
         long_runs=_long_runs(experiments, on_cpu),
         run_packets=_run_packets(experiments, single_class=on_cpu and not static.rival_classes),
+        run_ports=RUN_PORTS_SINGLE_CLASS if on_cpu and not static.rival_classes else 0,
     )  # fmt: skip
 
 
@@ -230,7 +234,7 @@ def build_batch(
                 f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
             )
         # Not shapes an experiment needs (ops/pool.py, systems/transmit.py, engine.py).
-        choices = {"prefix_columns", "prefix_inner_columns", "prefix_per_host", "run_packets", "long_runs", "lockstep_experiments"}
+        choices = {"prefix_columns", "prefix_inner_columns", "prefix_per_host", "run_packets", "run_ports", "long_runs", "lockstep_experiments"}
         small = [
             f.name for f in dataclasses.fields(Static)
             if f.name not in choices and getattr(static, f.name) < getattr(needed, f.name)

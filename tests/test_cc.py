@@ -6,10 +6,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import SMALL
+from conftest import SMALL, run_small
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
 from multiverse_jax.conf.schema import DcqcnConfig, HpccConfig, SimConfig, SwitchConfig, TimelyConfig
+from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.simulate import simulate
 from multiverse_jax.ops.marking import red_probability
@@ -193,3 +194,25 @@ def test_strict_priority_among_data_classes():
     assert finish[1] < finish[2] < finish[0], finish  # prio 0 (h8), then 1 (h12), then 2 (h4)
     assert finish[1] <= 1.05 * r_alone.flows["finish_us"][0], (finish, r_alone.flows["finish_us"])
     assert r_equal.flows["finish_us"][1] > 1.3 * finish[1], (finish, r_equal.flows["finish_us"])
+
+
+def test_a_batch_without_congestion_control_compiles_the_cc_system_out():
+    """``Static.congestion_control`` is off where no experiment runs a CC, and the cc system
+    is then left out of the step: an experiment without CC gives the same results, bit for
+    bit, as in a program that runs the system (SMALL, as every other test's). A batch with a
+    CC turns it on, and shapes that leave it off are refused for such a batch."""
+    rng = np.random.default_rng(5)
+    src = rng.integers(0, 16, 8)
+    flows = make_flows(src, (src + 1 + rng.integers(0, 15, 8)) % 16, rng.integers(20_000, 300_000, 8), rng.integers(0, 3_000_000, 8))
+    none, dcqcn = (Experiment(K4, flows, cc=cc) for cc in ("none", "dcqcn"))
+    assert not build_batch([none], slots_per_host=SMALL.slots_per_host).params.static.congestion_control
+    assert build_batch([none, dcqcn], slots_per_host=SMALL.slots_per_host).params.static.congestion_control
+    with pytest.raises(InputError, match="congestion_control"):
+        build_batch([dcqcn], slots_per_host=SMALL.slots_per_host, static=dataclasses.replace(SMALL, congestion_control=False))
+    with_system = run_small([none])[0]
+    without = run_small([none], congestion_control=False)[0]
+    assert with_system.ok and without.ok
+    for column in ("start_us", "finish_us", "rx_finish_us", "rx_bytes", "ecn_marked_packets"):
+        np.testing.assert_array_equal(with_system.flows[column], without.flows[column])
+    np.testing.assert_array_equal(with_system.port_max_queue_bytes, without.port_max_queue_bytes)
+    assert with_system.summary["n_packet_hops"] == without.summary["n_packet_hops"]

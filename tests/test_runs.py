@@ -17,7 +17,7 @@ import pytest
 from conftest import SMALL, padded_size, run_small
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch, needed_static
-from multiverse_jax.components.static import RUN_PACKETS, RUN_PACKETS_SINGLE_CLASS
+from multiverse_jax.components.static import RUN_PACKETS, RUN_PACKETS_SINGLE_CLASS, RUN_PORTS_SINGLE_CLASS
 from multiverse_jax.conf.schema import CcKind, PacketConfig, SimConfig, SwitchConfig
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
@@ -251,6 +251,8 @@ def test_one_class_queue_per_port_takes_the_closed_form_alone(monkeypatch):
     data = needed_static(BOTH_WAYS_EXPERIMENTS)
     assert not data.rival_classes
     assert data.run_packets == (RUN_PACKETS_SINGLE_CLASS if jax.default_backend() == "cpu" else RUN_PACKETS)
+    assert data.run_ports == (RUN_PORTS_SINGLE_CLASS if jax.default_backend() == "cpu" else 0)
+    assert needed_static(EXPERIMENTS[:1]).run_ports == 0  # rival classes: the default max(32, P / 8)
     assert needed_static(EXPERIMENTS[:1]).rival_classes  # two priorities
     assert needed_static([dataclasses.replace(BOTH_WAYS_EXPERIMENTS[0], packet=PacketConfig())]).rival_classes  # control ACKs
     static = dataclasses.replace(SMALL, rival_classes=False, **SHAPES)

@@ -8,6 +8,7 @@ import dataclasses
 
 RUN_PACKETS = 8  # the packets a port may start in one transmit round where runs pay (``Static.run_packets``)
 RUN_PACKETS_SINGLE_CLASS = 15  # the same on a CPU where every port's packets are in one class queue (``rival_classes``)
+RUN_PORTS_SINGLE_CLASS = 8  # the ports that may start a run in one round there (``Static.run_ports``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +42,8 @@ class Static:
     #   priorities): runs merge its queues by strict priority. False where every experiment queues ACKs with data
     #   at one priority (htsim's configuration): every port's packets are in one FIFO, its only class queue
     #   (``n_queues``: P, not P (1 + C)), and runs take its closed form
+    congestion_control: bool = True  # some experiment runs congestion control (cc other than none); where none
+    #   does, the cc system (``systems/cc.py``), which would change nothing, is compiled out
     switch_serial: bool = False  # some experiment has switch.pipeline=serial: transmit ranks the packets that
     #   reach a switch at one instant (a ports x queues comparison per round) and queues sort by a third key
     admit_entries: int = 1  # A: hand-over times kept per flow for a polling sender (hpcc.pacing=ticks;
@@ -60,6 +63,10 @@ class Static:
     run_packets: int = 1  # M: packets one port may start in one transmit round, one after another from its class
     #   queues (``ops/runs.py``; one with int_queue_with_packet). ``build_batch`` gives RUN_PACKETS (on a CPU
     #   without rival_classes RUN_PACKETS_SINGLE_CLASS) unless ``sim.run_packets`` asks for another. A choice, not a shape
+    run_ports: int = 0  # K: ports that may start more than one packet in one transmit round (``ops/runs.py``; 0:
+    #   max(32, P / 8)). ``build_batch`` gives RUN_PORTS_SINGLE_CLASS on a CPU without rival_classes: a round's runs
+    #   cost their K x (M - 1) cells, and a few runners (the ports with the most queued) took the htsim sweep 6 %
+    #   less time than 96 (``benchmarks/HISTORY.md``, stop 56). A choice, not a shape
     long_runs: bool = False  # a round may start long single-class runs at a few ports, and single-class runs
     #   at more in the same closed form (``ops/runs.py``, ``follow``'s ways 1 and 2): fewer rounds a window, and
     #   fewer kernels a round, which an accelerator's lockstep batch pays in kernel

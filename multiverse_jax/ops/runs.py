@@ -82,8 +82,9 @@ def run_rows(static) -> int:
 
 
 def run_ports(static) -> int:
-    """K: the ports that may start more than one packet in a round."""
-    return min(static.n_ports, max(32, static.n_ports // 8))
+    """K: the ports that may start more than one packet in a round (``Static.run_ports``,
+    or by default max(32, P / 8))."""
+    return min(static.n_ports, static.run_ports or max(32, static.n_ports // 8))
 
 
 class Rows(NamedTuple):

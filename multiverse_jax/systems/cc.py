@@ -94,6 +94,11 @@ class _Events(NamedTuple):
 
 
 def congestion_control(params: Params, state: State, window_end_ps) -> State:
+    if not params.static.congestion_control:
+        # No experiment of the batch runs a congestion control: the rate stays at line rate,
+        # the gate as the initial state opened it (no limit), no timer nor poll is due, and
+        # this system would write its state back as it is (a pass over the pool to find no ACK).
+        return state
     pkts, flows = state.packets, state.flows
     n_flows, n_slots = params.static.n_flows, params.static.n_slots
     window_start_ps = window_end_ps - params.window_ps

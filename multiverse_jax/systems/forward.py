@@ -29,35 +29,28 @@ from multiverse_jax.units import NEVER
 def set_forward_plan(params: Params, state: State, window_end_ps) -> State:
     pkts = state.packets
     at_switch = arriving(pkts, window_end_ps) & ~at_host(params, pkts)
-    port, rank = ports_and_ranks(params, pkts, at_switch, window_end_ps)
-    packets = pkts.replace(
-        pkt_in_flight=jnp.where(at_switch, False, pkts.pkt_in_flight),
-        pkt_ingress=jnp.where(at_switch, pkts.pkt_port, pkts.pkt_ingress),
-        pkt_ingress_ps=jnp.where(at_switch, pkts.pkt_time_ps, pkts.pkt_ingress_ps),
-        pkt_port=port,
-        pkt_rank=rank,
-        pkt_hop=jnp.where(at_switch, pkts.pkt_hop + 1, pkts.pkt_hop),
-    )
-    return state.replace(packets=packets)
+    return state.replace(packets=forwarded(params, pkts, at_switch, window_end_ps))
 
 
-def ports_and_ranks(params: Params, pkts: PacketState, at_switch, window_end_ps):
-    """(S,) int32 each packet's port after forwarding: the egress routing picks for those
-    arriving at a switch (``at_switch`` (S,) bool), the link it is on for the others; and
-    (S,) int32 each packet's rank (``pkt_rank``): with switch.pipeline=serial, for those
-    arriving at a switch, the order they leave its pipeline in (``pipeline_ranks``).
+def forwarded(params: Params, pkts: PacketState, at_switch, window_end_ps) -> PacketState:
+    """The pool after the packets arriving at a switch (``at_switch`` (S,) bool) are
+    queued there: each at the egress port routing picks, with its ingress link and
+    instant, its next hop and, with switch.pipeline=serial, the order it leaves its
+    switch's pipeline in (``pipeline_ranks``); no longer in flight.
 
     A window's arrivals are few next to the pool (about one or two per link), so they are
     compacted (a cumsum) into the smallest of 1,024, 4,096, 16,384, ... places that holds
-    them (``queues.arrival_sizes``) and routed there, not over every slot: routing is
-    several gathers per packet. One size runs (``lockstep.switch_largest``: under vmap the
-    largest any experiment needs); every size gives the same ports and ranks.
+    them (``queues.arrival_sizes``), routed there, not over every slot (routing is several
+    gathers per packet), and written back by scatters to their slots alone, inside the
+    branch: a select over the pool per column read and wrote every slot. One size runs
+    (``lockstep.switch_largest``: under vmap the largest any experiment needs); every size
+    gives the same pool.
     """
     n_slots = params.static.n_slots
     sizes = arrival_sizes(n_slots)
 
     def in_places(n_places: int):
-        def ports(params, pkts, at_switch, window_end_ps):  # closes over no array: a custom_vmap function may not
+        def forward(params, pkts, at_switch, window_end_ps):  # closes over no array: a custom_vmap function may not
             # In host order: simultaneous arrivals that tie on everything else rank by it.
             every_slot = slots_in_host_order(params)
             arrives = in_host_order(params, at_switch)
@@ -66,14 +59,24 @@ def ports_and_ranks(params: Params, pkts: PacketState, at_switch, window_end_ps)
             else:
                 (members,), _ = compact(arrives, n_places, (every_slot, n_slots))
             at = jnp.minimum(members, n_slots - 1)
-            port = pkts.pkt_port.at[members].set(_egress(params, pkts, at), mode="drop")
-            if not params.static.switch_serial:
-                return port, pkts.pkt_rank
-            ranks = pipeline_ranks(params, pkts, at, members < n_slots, window_end_ps)
-            rank = pkts.pkt_rank.at[jnp.where(params.switch_serial, members, n_slots)].set(ranks, mode="drop")
-            return port, rank
 
-        return ports
+            def write(column, values):  # the arrivals' entries of a pool column (the others as they were)
+                return column.at[members].set(values, mode="drop")
+
+            rank = pkts.pkt_rank
+            if params.static.switch_serial:
+                ranks = pipeline_ranks(params, pkts, at, members < n_slots, window_end_ps)
+                rank = rank.at[jnp.where(params.switch_serial, members, n_slots)].set(ranks, mode="drop")
+            return pkts.replace(
+                pkt_in_flight=write(pkts.pkt_in_flight, False),
+                pkt_ingress=write(pkts.pkt_ingress, pkts.pkt_port[at]),
+                pkt_ingress_ps=write(pkts.pkt_ingress_ps, pkts.pkt_time_ps[at]),
+                pkt_port=write(pkts.pkt_port, _egress(params, pkts, at)),
+                pkt_rank=rank,
+                pkt_hop=write(pkts.pkt_hop, pkts.pkt_hop[at] + 1),
+            )
+
+        return forward
 
     def arrivals_index(params, pkts, at_switch, window_end_ps):
         return size_index(jnp.sum(at_switch, dtype=jnp.int32), sizes)
