@@ -32,8 +32,8 @@ Two measurements, each printed as a table and written to JSON:
    whether a port that starts nothing in a round ever starts one later in its window (its
    queues, its NIC's offers and PFC's pauses do not change while it waits: it should not).
 
-``--run-ports K`` and ``--long-runs`` measure the same with more ports running packets
-behind their first in a round (``runs.run_ports``, K; 96 at k=8) and with the long
+``--run-ports K`` and ``--long-runs`` measure the same with K ports running packets
+behind their first in a round (``runs.run_ports``, K; on the sweep's point 8 since stop 56, 96 before) and with the long
 single-class runs on (``Static.long_runs``, off by default on a CPU): which ports run
 changes no result (``tests/test_runs.py``), only the rounds and their cost.
 

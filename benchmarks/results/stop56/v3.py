@@ -1,0 +1,4 @@
+VARIANTS = {
+    "off": {},
+    "long": {"__static__": {"long_runs": True}},
+}
