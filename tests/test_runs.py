@@ -235,14 +235,18 @@ def test_long_single_class_runs_equal_one_packet_a_round(one_a_round, batching, 
 def test_one_class_queue_per_port_takes_the_closed_form_alone(monkeypatch):
     """Where every experiment queues ACKs with data at one priority (``Static.rival_classes``
     off: htsim's configuration), every round's runs take ``follow``'s way 2 without way 3
-    (on a CPU, where way 1 is off), at ``RUN_PACKETS_SINGLE_CLASS`` packets a round; a
+    (on a CPU, where way 1 is off), at ``RUN_PACKETS_SINGLE_CLASS`` packets a round at
+    ``RUN_PORTS_SINGLE_CLASS`` ports; a
     NIC's new packet leads some of them. With long runs (an accelerator's default), ways 1
     and 2. The results are those of one packet a round.
     ``build_batch`` turns it on only for such batches, and a given ``Static`` without rival
     classes is refused for one with them."""
     reference = [outcome(r) for r in run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, run_packets=1, **SHAPES)]
     rows_started = _count_single_class(monkeypatch)  # this static's program is traced here only
-    results = run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, rival_classes=False, run_packets=RUN_PACKETS_SINGLE_CLASS, **SHAPES)
+    results = run_small(
+        BOTH_WAYS_EXPERIMENTS, batch_size=4, rival_classes=False, run_packets=RUN_PACKETS_SINGLE_CLASS,
+        run_ports=RUN_PORTS_SINGLE_CLASS, **SHAPES,
+    )  # a CPU's choices for such a batch
     assert_same([outcome(r) for r in results], reference)
     assert sum(c for _, c in rows_started) > 0, "no run followed a NIC's new packet"
     # An accelerator's form: long runs on too, in lockstep (the switch takes ways 1 and 2 only).

@@ -66,8 +66,10 @@ def config(*overrides):
 
 @pytest.fixture(scope="module")
 def cli_static():
-    """The shapes of the CLI's default job with sampling on (no compiling here)."""
-    return build_batch([experiment_from_config(config(CLI_SAMPLED))]).static
+    """The shapes of the CLI's default job with sampling on (no compiling here), with the cc
+    system compiled in: the CLI's default runs without congestion control, EXPERIMENTS with."""
+    static = build_batch([experiment_from_config(config(CLI_SAMPLED))]).static
+    return dataclasses.replace(static, congestion_control=True)
 
 
 def _run_each(static, steps_per_call):

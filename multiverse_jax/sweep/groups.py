@@ -39,6 +39,10 @@ BUCKETED_FIELDS = (
     "n_nodes", "n_hosts", "n_ports", "n_flows", "n_triggers", "n_activators", "route_width",
     "pinned_len", "int_hops", "n_tasks", "task_deps", "path_len",
 )
+# Static fields that compile a system in or out: a group never splits on them, its union
+# compiles the system in where any member needs it (a sweep over cc=none,dcqcn is one
+# program, its points without congestion control running the cc system to no effect).
+JOINED_FIELDS = ("congestion_control",)
 WORKING_SET_FACTOR = 4  # device memory of a running batch / size of its params + state (estimate)
 
 
@@ -56,7 +60,9 @@ def exact_static(experiment: Experiment, *, slots_per_host: int = 256, steps_per
 
 
 def bucket_of(static: Static) -> Static:
-    return dataclasses.replace(static, **{f: bucket(getattr(static, f)) for f in BUCKETED_FIELDS})
+    """The key a point is grouped by: its counts bucketed, its ``JOINED_FIELDS`` ignored."""
+    joined = {f: True for f in JOINED_FIELDS}
+    return dataclasses.replace(static, **{f: bucket(getattr(static, f)) for f in BUCKETED_FIELDS}, **joined)
 
 
 def union(statics: Sequence[Static]) -> Static:
