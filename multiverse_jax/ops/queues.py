@@ -242,14 +242,27 @@ def _kept_and_new(params: Params, pkts: PacketState, kept: OrderState, view: Kep
     4-entry kernel that reads them (``service_order``'s ``needs``), whose loop evaluated
     them over the pool for each entry it wrote (92-147 µs a busy window of the htsim
     sweep's point, against ~70 µs for this one; ``benchmarks/HISTORY.md``, stop 52)."""
-    n_slots = params.static.n_slots
-    at = jnp.minimum(kept.order_slot, n_slots - 1)
     is_queued = queued(pkts)
-    unmoved = is_queued[at] & (pkts.pkt_time_ps[at] == kept.order_time_ps) & (_queue_of(params, pkts, at) == view.queue)
     earlier = is_queued & (pkts.pkt_time_ps < kept.order_end_ps)
     new = is_queued & ~earlier
-    counts = jnp.sum(jnp.stack([is_queued, new, earlier, view.is_kept & ~unmoved]), axis=1, dtype=jnp.int32)
+    counts = jnp.sum(jnp.stack([is_queued, new, earlier, _moved(params, pkts, kept, view)]), axis=1, dtype=jnp.int32)
     return counts, new
+
+
+def _moved(params: Params, pkts: PacketState, kept: OrderState, view: KeptView):
+    """(S,) bool the kept order's packets no longer queued in the queue it put them in, with
+    the arrival it sorted them by; () False where no experiment of the batch is hybrid
+    (``Static.steady_window`` 1). Only the hybrid mode moves a queued packet (a frozen
+    partition's packets leave the pool, ``ops/freeze.py``, and come back with new arrivals,
+    ``ops/restore.py``); otherwise a queued packet stays where it is until its port sends it,
+    which moves its queue's pointer past it. So a packet-level batch skips three gathers
+    over the pool a window: 0.958 of the time of a busy window of the htsim sweep's point
+    (stop 57, ``benchmarks/HISTORY.md``)."""
+    if params.static.steady_window == 1:
+        return jnp.zeros_like(view.is_kept)
+    at = jnp.minimum(kept.order_slot, params.static.n_slots - 1)
+    unmoved = queued(pkts)[at] & (pkts.pkt_time_ps[at] == kept.order_time_ps) & (_queue_of(params, pkts, at) == view.queue)
+    return view.is_kept & ~unmoved
 
 
 def _kept_order_holds(counts, view: KeptView):
