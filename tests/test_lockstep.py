@@ -50,6 +50,22 @@ def test_switch_largest_runs_the_largest_branch_asked_for():
     assert int(jax.jit(f)(jnp.int32(1))) == 101
 
 
+def test_switch_in_place_runs_one_branch_alone_and_the_largest_vmapped():
+    """As ``switch_largest``, for branches that update a carry (here one entry of an array)
+    in place: alone, one branch runs (a chain of one-trip loops), in a ``lax.map`` too;
+    vmapped, the largest any experiment asks for; the others' entries stay as they were."""
+    branches = [lambda go, c, k, i=i: c.at[k].add(jnp.where(go, 100 * i + 1, 0)) for i in range(3)]
+
+    def f(x, k):
+        return lockstep.switch_in_place(lambda c, k: jnp.minimum(c[k], 2), branches, x, k)
+
+    rows = jnp.array([[0, 5], [1, 5], [2, 5]], jnp.int32)
+    np.testing.assert_array_equal(jax.jit(jax.vmap(f))(rows, jnp.zeros(3, jnp.int32)), [[201, 5], [202, 5], [203, 5]])
+    np.testing.assert_array_equal(jax.jit(f)(jnp.array([1, 5], jnp.int32), jnp.int32(0)), [102, 5])
+    mapped = jax.jit(lambda r: jax.lax.map(lambda x: f(x, jnp.int32(1)), r))(jnp.array([[7, 0], [7, 1], [7, 9]], jnp.int32))
+    np.testing.assert_array_equal(mapped, [[7, 1], [7, 102], [7, 210]])
+
+
 def test_sort_sizes_chosen_per_batch_keep_batch_equal_to_alone(monkeypatch):
     """With the smallest sorts at 64 places, windows of a light and a heavy experiment need
     different sort sizes for their queues (64, 256, 1024, the whole pool), their arrivals

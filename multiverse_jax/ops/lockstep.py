@@ -140,3 +140,39 @@ def switch_largest(index_fn, branches, *args, join=None):
         return out, jax.tree.map(lambda _: True, out)
 
     return switch(*args)
+
+
+def switch_in_place(index_fn, branches, carry, consts):
+    """``switch_largest(index_fn, branches)`` for branches that update ``carry`` (a pytree,
+    such as columns of the packet pool) in place: ``branches[index_fn(carry, consts)](True,
+    carry, consts)``.
+
+    Alone, or in a ``lax.map`` over experiments, a chain of while loops of at most one trip,
+    one a branch: a loop updates its carry in place, where a ``lax.switch`` copied every
+    carry array its branch writes, on the way in and out (7 copies of pool columns a window
+    in ``forward``). A branch must make its work depend on the flag it is given (True inside
+    the loop that runs, as in ``at_most_once``), or XLA hoists work that depends only on
+    values from outside the loop out of it, and runs it for every branch. Under vmap, as
+    ``switch_largest``: the branch of the largest index any experiment asks for runs for all.
+    """
+
+    @custom_vmap
+    def switch(carry, consts):
+        index = index_fn(carry, consts)
+        for k, branch in enumerate(branches):
+            def once(c, branch=branch):
+                go, value = c
+                return jnp.bool_(False), branch(go, value, consts)
+
+            carry = jax.lax.while_loop(lambda c: c[0], once, (index == k, carry))[1]
+        return carry
+
+    @switch.def_vmap
+    def switch_batched(axis_size, in_batched, carry, consts):
+        carry, consts = _all_batched(axis_size, in_batched, (carry, consts))
+        needs = jax.vmap(index_fn)(carry, consts)
+        vmapped = [jax.vmap(lambda c, k, b=b: b(jnp.bool_(True), c, k)) for b in branches]
+        out = jax.lax.switch(jnp.max(needs), vmapped, carry, consts)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return switch(carry, consts)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.components.packets import PacketState
-from multiverse_jax.ops.lockstep import switch_largest
+from multiverse_jax.ops.lockstep import switch_in_place
 from multiverse_jax.ops.packets import arriving, at_host, in_host_order, slots_in_host_order
 from multiverse_jax.ops.queues import arrival_sizes, fifo_order, size_index, sort_by
 from multiverse_jax.ops.routing import route
@@ -43,17 +43,19 @@ def forwarded(params: Params, pkts: PacketState, at_switch, window_end_ps) -> Pa
     them (``queues.arrival_sizes``), routed there, not over every slot (routing is several
     gathers per packet), and written back by scatters to their slots alone, inside the
     branch: a select over the pool per column read and wrote every slot. One size runs
-    (``lockstep.switch_largest``: under vmap the largest any experiment needs); every size
-    gives the same pool.
+    (``lockstep.switch_in_place``: in place, alone; under vmap the largest any experiment
+    needs); every size gives the same pool.
     """
     n_slots = params.static.n_slots
     sizes = arrival_sizes(n_slots)
 
     def in_places(n_places: int):
-        def forward(params, pkts, at_switch, window_end_ps):  # closes over no array: a custom_vmap function may not
+        def forward(go, carry, consts):  # closes over no array: a custom_vmap function may not
+            pkts, at_switch = carry
+            params, window_end_ps = consts
             # In host order: simultaneous arrivals that tie on everything else rank by it.
             every_slot = slots_in_host_order(params)
-            arrives = in_host_order(params, at_switch)
+            arrives = in_host_order(params, at_switch & go)  # ``go``: see lockstep.switch_in_place
             if n_places >= n_slots:
                 members = jnp.where(arrives, every_slot, n_slots)
             else:
@@ -67,7 +69,7 @@ def forwarded(params: Params, pkts: PacketState, at_switch, window_end_ps) -> Pa
             if params.static.switch_serial:
                 ranks = pipeline_ranks(params, pkts, at, members < n_slots, window_end_ps)
                 rank = rank.at[jnp.where(params.switch_serial, members, n_slots)].set(ranks, mode="drop")
-            return pkts.replace(
+            pkts = pkts.replace(
                 pkt_in_flight=write(pkts.pkt_in_flight, False),
                 pkt_ingress=write(pkts.pkt_ingress, pkts.pkt_port[at]),
                 pkt_ingress_ps=write(pkts.pkt_ingress_ps, pkts.pkt_time_ps[at]),
@@ -75,16 +77,18 @@ def forwarded(params: Params, pkts: PacketState, at_switch, window_end_ps) -> Pa
                 pkt_rank=rank,
                 pkt_hop=write(pkts.pkt_hop, pkts.pkt_hop[at] + 1),
             )
+            return pkts, at_switch
 
         return forward
 
-    def arrivals_index(params, pkts, at_switch, window_end_ps):
-        return size_index(jnp.sum(at_switch, dtype=jnp.int32), sizes)
+    def arrivals_index(carry, consts):
+        return size_index(jnp.sum(carry[1], dtype=jnp.int32), sizes)
 
     branches = [in_places(n) for n in sizes + [n_slots]]
+    carry, consts = (pkts, at_switch), (params, window_end_ps)
     if not sizes:
-        return branches[0](params, pkts, at_switch, window_end_ps)
-    return switch_largest(arrivals_index, branches, params, pkts, at_switch, window_end_ps)
+        return branches[0](jnp.bool_(True), carry, consts)[0]
+    return switch_in_place(arrivals_index, branches, carry, consts)[0]
 
 
 def pipeline_ranks(params: Params, pkts: PacketState, slot, arrives, window_end_ps):
