@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
+from multiverse_jax.conf.schema import STEPS_PER_CALL
 from multiverse_jax import engine
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.peers import htsim
@@ -63,7 +64,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--modes", default="map,vmap", help="our batching modes (default map,vmap)")
     p.add_argument("--devices", default="1", help="device counts each mode runs on, e.g. 1,2 (default 1; see above)")
     p.add_argument("--live-prefix", default="auto", help="sim.live_prefix values each mode runs with, e.g. columns,per_host (default auto)")
-    p.add_argument("--steps-per-call", default="64", help="sim.steps_per_call values each mode runs with, e.g. 64,256 (default 64)")
+    p.add_argument(
+        "--steps-per-call", default=str(STEPS_PER_CALL),
+        help=f"sim.steps_per_call values each mode runs with, e.g. 64,256 (default {STEPS_PER_CALL}, the config's)",
+    )
     p.add_argument("--rounds", type=int, default=1, help="rounds of every variant then htsim, alternating (default 1; the first compiles)")
     p.add_argument("--out", type=Path, default=RESULTS / "sweep_vs_htsim.json")
     return p.parse_args(argv)
@@ -111,7 +115,7 @@ def run_ours(args, configs, mode: str, n_devices: int, live_prefix: str, steps_p
     hops = np.array([r.summary["n_packet_hops"] for r in results], dtype=np.int64)
     bad = [i for i, r in enumerate(results) if r.summary["status"] != "ok"]
     label = f"{mode}" + (f", {n_devices} devices" if n_devices > 1 else "") + (f", live prefix {live_prefix}" if live_prefix != "auto" else "")
-    label += f", {steps_per_call} windows a call" if steps_per_call != 64 else ""
+    label += f", {steps_per_call} windows a call" if steps_per_call != STEPS_PER_CALL else ""
     if bad:
         print(f"{label}: points {bad} did not finish: {results[bad[0]].summary['error']}", file=sys.stderr)
     fcts = [r.flows["fct_ps"] for r in results]
@@ -124,7 +128,7 @@ def run_ours(args, configs, mode: str, n_devices: int, live_prefix: str, steps_p
     row = {
         "simulator": f"multiverse-jax sim.batching={mode}" + (f" sim.devices={n_devices}" if n_devices > 1 else "")
         + (f" sim.live_prefix={live_prefix}" if live_prefix != "auto" else "")
-        + (f" sim.steps_per_call={steps_per_call}" if steps_per_call != 64 else ""),
+        + (f" sim.steps_per_call={steps_per_call}" if steps_per_call != STEPS_PER_CALL else ""),
         "points": args.points, "wall_s": wall_s, "compile_s": compile_s, "packet_hops": int(hops.sum()),
         "rate": hops.sum() / wall_s, "slots_per_host": slots, "cores": os.cpu_count(), "devices": n_devices,
         "live_prefix": live_prefix, "steps_per_call": steps_per_call, "same_fcts_as_first": same,

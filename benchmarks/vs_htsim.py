@@ -45,6 +45,7 @@ import numpy as np
 
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
 from machine import COMPILE_CLOCK, machine_info
+from multiverse_jax.conf.schema import STEPS_PER_CALL
 from multiverse_jax.components.experiment import ERROR_POOL_FULL
 from multiverse_jax.peers import htsim
 from multiverse_jax.peers.scenarios import elephant_suite, quick_suite
@@ -84,7 +85,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def run_batch(experiments, slots: int, max_slots: int = 1 << 14, batching: str = "auto", devices: int = 1, steps_per_call: int = 64):
+def run_batch(experiments, slots: int, max_slots: int = 1 << 14, batching: str = "auto", devices: int = 1, steps_per_call: int = STEPS_PER_CALL):
     """``simulate`` of the experiments as one batch (sharded over ``devices`` local
     devices, ``steps_per_call`` windows a compiled call), doubling the packet slots while
     a host's pool runs out. Returns (results, wall s less compile, compile s, slots)."""

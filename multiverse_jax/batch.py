@@ -19,7 +19,7 @@ from multiverse_jax.components.experiment import Params, State, experiment_param
 from multiverse_jax.components.static import RUN_PACKETS, RUN_PACKETS_SINGLE_CLASS, RUN_PORTS_SINGLE_CLASS, Static
 from multiverse_jax.components.flows import ADMIT_ENTRIES
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
-from multiverse_jax.conf.schema import AckClass, CcKind, HpccIntQueue, HpccPacing, HybridRestore, LivePrefix, LongRuns, SimMode, SwitchPipeline
+from multiverse_jax.conf.schema import STEPS_PER_CALL, AckClass, CcKind, HpccIntQueue, HpccPacing, HybridRestore, LivePrefix, LongRuns, SimMode, SwitchPipeline
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
@@ -192,7 +192,7 @@ def _flow_level(experiments) -> bool:
     return flow.pop()
 
 
-def needed_static(experiments, *, slots_per_host: int = 256, n_samples: int = 64) -> Static:
+def needed_static(experiments, *, slots_per_host: int = 256, n_samples: int = STEPS_PER_CALL) -> Static:
     """The shapes ``build_batch`` gives ``experiments`` (validated) when no ``static`` is passed."""
     experiments = tuple(experiments)
     _validate(experiments)
@@ -204,7 +204,7 @@ def build_batch(
     *,
     slots_per_host: int = 256,
     static: Static | None = None,
-    n_samples: int = 64,
+    n_samples: int = STEPS_PER_CALL,
     batch_size: int = 1,
 ) -> Batch:
     """Validate and pad ``experiments`` into one batch (leading axis E on every leaf).

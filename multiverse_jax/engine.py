@@ -27,6 +27,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from multiverse_jax.conf.schema import STEPS_PER_CALL
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.ops.link_events import params_at
 from multiverse_jax.ops import pool
@@ -206,7 +207,7 @@ def _advance(params: Params, state: State, n_steps, batching: str = "auto") -> S
 
     Stops early once every experiment has finished or failed, so a batch never steps
     windows that no experiment needs. ``n_steps`` is a traced bound of that loop, not a
-    compile-time constant: one window at a time and 64 per call are the same program.
+    compile-time constant: one window at a time and 256 per call are the same program.
     ``batching`` (see ``resolve_batching``):
 
     * ``vmap``: experiments step together, as wide arrays, in lanes (``_in_lanes``): an
@@ -474,7 +475,7 @@ def run(
     params: Params,
     state: State,
     *,
-    steps_per_call: int = 64,
+    steps_per_call: int = STEPS_PER_CALL,
     batching: str = "auto",
     on_progress: Callable[[State], None] | None = None,
     devices: int | str | None = None,

@@ -8,6 +8,7 @@ from typing import Callable
 import jax
 import numpy as np
 
+from multiverse_jax.conf.schema import STEPS_PER_CALL
 from multiverse_jax import engine
 from multiverse_jax.batch import Batch, build_batch
 from multiverse_jax.experiment import Experiment
@@ -235,7 +236,7 @@ def simulate(
     experiments,
     *,
     slots_per_host: int = 256,
-    steps_per_call: int = 64,
+    steps_per_call: int = STEPS_PER_CALL,
     batching: str = "auto",
     static: Static | None = None,
     on_progress: Callable[[State], None] | None = None,

@@ -8,6 +8,7 @@ import pytest
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
 from multiverse_jax.batch import build_batch
 from multiverse_jax.components.static import Static
+from multiverse_jax.conf.schema import STEPS_PER_CALL
 from multiverse_jax.simulate import simulate
 
 # One shape for every small test network (k=4 fat-tree: 36 nodes, 16 hosts, 96 ports), roomy
@@ -24,7 +25,7 @@ SMALL = Static(
     pinned_len=8,
     slots_per_host=128,
     pfc_history=16,
-    n_samples=64,  # time series on (the schema's sim.sample_interval_us), 64 windows per call
+    n_samples=STEPS_PER_CALL,  # time series on (the schema's sim.sample_interval_us), a call's windows (sim.steps_per_call)
     path_len=8,  # longest flow path in links (a fat-tree path has 6)
     run_packets=8,  # transmit rounds start runs of packets (ops/runs.py): every test checks them
     n_tasks=32,  # task graphs (test_tasks, test_flow_mode's packet runs)

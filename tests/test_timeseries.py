@@ -19,7 +19,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from multiverse_jax.batch import build_batch
-from multiverse_jax.conf.schema import SimConfig, SwitchConfig
+from multiverse_jax.conf.schema import STEPS_PER_CALL, SimConfig, SwitchConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.cli import run
 from multiverse_jax.config import experiment_from_config
@@ -90,8 +90,8 @@ def _run_each(static, steps_per_call):
 
 @pytest.fixture(scope="module")
 def runs(cli_static):
-    """64 windows per call, a ring of 64 (the CLI's settings)."""
-    return _run_each(cli_static, 64)[0]
+    """The CLI's settings: ``sim.steps_per_call`` windows per call, a ring as long."""
+    return _run_each(cli_static, STEPS_PER_CALL)[0]
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +254,7 @@ def test_sampling_changes_nothing(runs, sampled, twin):
 
 def test_ring_draining_loses_nothing(runs, short_calls):
     """8 windows per call and a ring of 8: the host still gets every sample (as many
-    distinct times as the device counted), identical to 64 windows per call."""
+    distinct times as the device counted), identical to the CLI's calls (``runs``)."""
     short, count = short_calls
     for e in SAMPLED:
         assert short[e].summary["batch_n_calls"] > 2

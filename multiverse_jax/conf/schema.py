@@ -39,6 +39,12 @@ from hydra.core.config_store import ConfigStore
 from multiverse_jax.errors import InputError
 
 SCHEMA_NAME = "multiverse_jax_schema"  # the schema's name in Hydra's ConfigStore
+# Windows per compiled call by default (``sim.steps_per_call``). Each call reads the done
+# flags and drains the time series on the host, and on a per-host live prefix copies the
+# pool to its prefix and back (~7 ms a call of the htsim sweep's point on one core, about
+# two windows); 256 windows a call ran that sweep in 0.94 of 64's time (stop 57,
+# ``benchmarks/HISTORY.md``). A time-series ring holds a call's samples: 256 a flow and a port.
+STEPS_PER_CALL = 256
 MAX_PAYLOAD_BYTES = 1 << 20  # 1 MiB: (payload + header) * 8e12 bits*ps must fit in int64
 MAX_HEADER_BYTES = 1 << 16
 MAX_PRIORITIES = 8  # data classes per port, as 802.1p's eight traffic classes
@@ -562,7 +568,7 @@ class SimConfig(Group):
 
     seed: int = 0  # permutation derangement, random placement and ECMP hashes
     packets_per_host: int = 256  # packet slots per host (in-flight capacity)
-    steps_per_call: int = 64  # lookahead windows per compiled call
+    steps_per_call: int = STEPS_PER_CALL  # lookahead windows per compiled call
     batching: Batching = Batching.auto
     devices: Any = 1  # local devices the experiment axis is sharded over: a count or "all"
     max_time_us: float = 1_000_000.0  # stop (and fail) an experiment that runs past this

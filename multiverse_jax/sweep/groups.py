@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
+from multiverse_jax.conf.schema import STEPS_PER_CALL
 from multiverse_jax.batch import build_batch, needed_static
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.components.static import Static
@@ -54,7 +55,7 @@ def bucket(n: int) -> int:
     return 3 * power // 2 if n <= 3 * power // 2 else 2 * power
 
 
-def exact_static(experiment: Experiment, *, slots_per_host: int = 256, steps_per_call: int = 64, **_) -> Static:
+def exact_static(experiment: Experiment, *, slots_per_host: int = 256, steps_per_call: int = STEPS_PER_CALL, **_) -> Static:
     """The shapes ``build_batch`` gives ``experiment`` alone (``simulate``'s defaults)."""
     return needed_static([experiment], slots_per_host=slots_per_host, n_samples=steps_per_call)
 
@@ -126,7 +127,7 @@ def largest_batch(
         experiments[group.members[0]],
         group.static,
         group.options.get("slots_per_host", 256),
-        group.options.get("steps_per_call", 64),
+        group.options.get("steps_per_call", STEPS_PER_CALL),
     )
     return max(1, int(memory_fraction * device_memory_bytes() // (WORKING_SET_FACTOR * per_point)))
 
