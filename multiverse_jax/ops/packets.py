@@ -84,8 +84,10 @@ def arriving(pkts: PacketState, window_end_ps):
 
 
 def at_host(params: Params, pkts: PacketState):
-    """(S_total,) bool the far end of the packet's link is a host (else a switch)."""
-    return params.nodes.node_is_host[params.links.link_dst_node[pkts.pkt_port]]
+    """(S_total,) bool the far end of the packet's link is a host (else a switch): one
+    gather of the link's flag per packet (``LinkParams.link_into_switch``), not the far
+    node's then its kind (four passes over the pool a window read it)."""
+    return ~params.links.link_into_switch[pkts.pkt_port]
 
 
 def arriving_acks(params: Params, pkts: PacketState, window_end_ps):
