@@ -27,3 +27,15 @@ def computed_once(mask, window_end_ps):
         window_end_ps > 0, lambda m: m.astype(jnp.int8), lambda m: jnp.where(m, 1, 0).astype(jnp.int8), mask
     )  # fmt: skip
     return as_int8 != 0
+
+
+def computed_apart(values, window_end_ps):
+    """``values`` (a small array, such as one entry a port) computed into a buffer of its
+    own before a pass over the pool gathers from it.
+
+    XLA fuses a gather from a computed array into the kernel that gathers, computing the
+    gathered entry again for every element: ``receive``'s NIC at the far end of each
+    packet's link (the link's far node, then that host's NIC) was two dependent gathers per
+    slot of the pool, not one. The conditional is ``computed_once``'s boundary (never the
+    zeros: the window ends after 0 ps)."""
+    return jax.lax.cond(window_end_ps > 0, lambda v: v, jnp.zeros_like, values)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import CC_DCQCN, Params, State
-from multiverse_jax.ops.fusion import computed_once
+from multiverse_jax.ops.fusion import computed_apart, computed_once
 from multiverse_jax.ops.packets import arriving, at_host
 from multiverse_jax.ops.segments import count_by, fifo_head, latest_by
 
@@ -21,7 +21,6 @@ from multiverse_jax.ops.segments import count_by, fifo_head, latest_by
 def receive(params: Params, state: State, window_end_ps) -> State:
     pkts, flows = state.packets, state.flows
     n_hosts, n_flows, n_slots = params.static.n_hosts, params.static.n_flows, params.static.n_slots
-    node = params.links.link_dst_node[pkts.pkt_port]
     # Read by every column write below: computed once (``computed_once``: 4-7 % of a busy window, stop 52).
     delivered = computed_once(arriving(pkts, window_end_ps) & ~pkts.pkt_is_ack & at_host(params, pkts), window_end_ps)
     payload = pkts.pkt_bytes.astype(jnp.int64) - params.header_bytes
@@ -31,7 +30,8 @@ def receive(params: Params, state: State, window_end_ps) -> State:
     # completes the flow when its count reaches the packet total.
     completes = (rx_packets == params.flows.flow_n_packets) & (flows.flow_rx_packets < rx_packets)
     last_arrival = latest_by(delivered, pkts.pkt_flow, n_flows, pkts.pkt_time_ps)
-    receiver_nic = params.nics.nic_port[jnp.minimum(node, n_hosts - 1)]
+    far_nic = computed_apart(params.nics.nic_port[jnp.minimum(params.links.link_dst_node, n_hosts - 1)], window_end_ps)  # (P,)
+    receiver_nic = far_nic[pkts.pkt_port]  # the NIC at the far end of each packet's link (a host's, where delivered)
     window_start_ps = window_end_ps - params.window_ps
     marked_ps, marked_slot = fifo_head(delivered & pkts.pkt_ecn, pkts.pkt_time_ps, pkts.pkt_flow, n_flows, window_start_ps)
     cc = state.cc
