@@ -39,11 +39,12 @@ from hydra.core.config_store import ConfigStore
 from multiverse_jax.errors import InputError
 
 SCHEMA_NAME = "multiverse_jax_schema"  # the schema's name in Hydra's ConfigStore
-# Windows per compiled call by default (``sim.steps_per_call``). Each call reads the done
-# flags and drains the time series on the host, and on a per-host live prefix copies the
-# pool to its prefix and back (~7 ms a call of the htsim sweep's point on one core, about
-# two windows); 256 windows a call ran that sweep in 0.94 of 64's time (stop 57,
-# ``benchmarks/HISTORY.md``). A time-series ring holds a call's samples: 256 a flow and a port.
+# Windows per compiled call by default (``sim.steps_per_call``). A call costs 4-7 ms beyond
+# its windows on the htsim sweep's point on one core, about two windows (between calls the
+# host reads the done flags and drains the time series; a call enters and leaves the
+# per-host live prefix, copying the pool out and back); 256 windows a call ran that sweep in
+# 0.94 of 64's time (stop 57, ``benchmarks/HISTORY.md``). A time-series ring holds a call's
+# samples: 256 a flow and a port.
 STEPS_PER_CALL = 256
 MAX_PAYLOAD_BYTES = 1 << 20  # 1 MiB: (payload + header) * 8e12 bits*ps must fit in int64
 MAX_HEADER_BYTES = 1 << 16

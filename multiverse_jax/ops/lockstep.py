@@ -147,24 +147,19 @@ def switch_in_place(index_fn, branches, carry, consts):
     such as columns of the packet pool) in place: ``branches[index_fn(carry, consts)](True,
     carry, consts)``.
 
-    Alone, or in a ``lax.map`` over experiments, a chain of while loops of at most one trip,
-    one a branch: a loop updates its carry in place, where a ``lax.switch`` copied every
-    carry array its branch writes, on the way in and out (7 copies of pool columns a window
-    in ``forward``). A branch must make its work depend on the flag it is given (True inside
-    the loop that runs, as in ``at_most_once``), or XLA hoists work that depends only on
-    values from outside the loop out of it, and runs it for every branch. Under vmap, as
-    ``switch_largest``: the branch of the largest index any experiment asks for runs for all.
+    Alone, or in a ``lax.map`` over experiments, a chain of ``at_most_once`` loops, one a
+    branch: a loop updates its carry in place, where a ``lax.switch`` copied every carry
+    array its branch writes, on the way in and out (7 copies of pool columns a window in
+    ``forward``). A branch must make its work depend on the flag it is given (as for
+    ``at_most_once``). Under vmap, as ``switch_largest``: the branch of the largest index any
+    experiment asks for runs for all.
     """
 
     @custom_vmap
     def switch(carry, consts):
         index = index_fn(carry, consts)
         for k, branch in enumerate(branches):
-            def once(c, branch=branch):
-                go, value = c
-                return jnp.bool_(False), branch(go, value, consts)
-
-            carry = jax.lax.while_loop(lambda c: c[0], once, (index == k, carry))[1]
+            carry = at_most_once(index == k, lambda go, value, branch=branch: branch(go, value, consts), carry)
         return carry
 
     @switch.def_vmap

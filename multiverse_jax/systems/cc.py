@@ -108,13 +108,7 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
     timers_on = timers_active(params, state)
     polling = polls(params)
 
-    # The window gate starts from the allowance at the window start.
-    entry = jnp.arange(GATE_ENTRIES)
-    allow0 = allowance_bytes(params, state.cc, flows.flow_acked_packets)
-    cc = state.cc.replace(
-        flow_gate_allow_bytes=jnp.where(entry == 0, allow0[:, None], NO_LIMIT),
-        flow_gate_ps=jnp.where(entry == 0, jnp.int64(0), NEVER) + jnp.zeros((n_flows, 1), jnp.int64),
-    )
+    cc = _gate_at_window_start(params, state)
 
     def next_acks(pending):  # (F,) each flow's earliest pending ACK: a pass over the pool
         t_ack, slot = fifo_head(pending, pkts.pkt_time_ps, pkts.pkt_flow, n_flows, window_start_ps)
@@ -156,15 +150,8 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
         p = p._replace(next_poll_ps=next_send)
         # A polling sender's poll; then the polls its closed window makes in vain before its next ACK.
         p = polls_.poll_and_skip(params, new, acked, p, t_poll, is_poll, jnp.minimum(t_ack, window_end_ps))
-        # Window gate: from this ACK on, the flow may have sent acked + window bytes.
         n_acks = ev.n_acks + is_ack
-        at = jnp.minimum(n_acks, GATE_ENTRIES - 1)[:, None] == entry
-        record = (is_ack & window_based(params))[:, None] & at
-        allow_now = allowance_bytes(params, new, acked)[:, None]
-        new = new.replace(
-            flow_gate_allow_bytes=jnp.where(record, allow_now, new.flow_gate_allow_bytes),
-            flow_gate_ps=jnp.where(record, t_ack[:, None], new.flow_gate_ps),
-        )
+        new = _gate_after_ack(params, new, acked, n_acks, is_ack, t_ack)
         pending = ev.pending.at[jnp.where(is_ack, slot, n_slots)].set(False, mode="drop")
         t_next, slot_next = jax.lax.cond(jnp.any(is_ack), next_acks, lambda _: (t_ack, slot), pending)
         return _Events(pending, t_next, slot_next, new, acked, n_acks, p)
@@ -173,10 +160,38 @@ def congestion_control(params: Params, state: State, window_end_ps) -> State:
         acks_here, *next_acks(acks_here), cc, flows.flow_acked_packets, jnp.zeros(n_flows, jnp.int32), polls_.of_state(state)
     )
     ev = jax.lax.while_loop(any_event, one_event, init)
-    # A later cut binds earlier entries too (never send more than a later state allows).
-    gate = ev.cc.flow_gate_allow_bytes
-    allow = jnp.flip(jax.lax.cummin(jnp.flip(gate, -1), axis=gate.ndim - 1), -1)
-    return polls_.into_state(state.replace(cc=ev.cc.replace(flow_gate_allow_bytes=allow)), ev.polls)
+    return polls_.into_state(state.replace(cc=_gate_bound_by_later_cuts(ev.cc)), ev.polls)
+
+
+def _gate_at_window_start(params: Params, state: State) -> CcState:
+    """The window gate's first entry (F, GATE_ENTRIES): the allowance at the window start,
+    from time 0; the other entries open (no limit, never)."""
+    entry = jnp.arange(GATE_ENTRIES)
+    allow0 = allowance_bytes(params, state.cc, state.flows.flow_acked_packets)
+    return state.cc.replace(
+        flow_gate_allow_bytes=jnp.where(entry == 0, allow0[:, None], NO_LIMIT),
+        flow_gate_ps=jnp.where(entry == 0, jnp.int64(0), NEVER) + jnp.zeros((params.static.n_flows, 1), jnp.int64),
+    )
+
+
+def _gate_after_ack(params: Params, cc: CcState, acked, n_acks, is_ack, t_ack) -> CcState:
+    """Window gate: from an ACK on (``is_ack`` (F,), at ``t_ack``), a window-based flow may
+    have sent ``acked`` packets + its window; recorded in entry ``n_acks`` (the last entry
+    takes the rest)."""
+    at = jnp.minimum(n_acks, GATE_ENTRIES - 1)[:, None] == jnp.arange(GATE_ENTRIES)
+    record = (is_ack & window_based(params))[:, None] & at
+    allow_now = allowance_bytes(params, cc, acked)[:, None]
+    return cc.replace(
+        flow_gate_allow_bytes=jnp.where(record, allow_now, cc.flow_gate_allow_bytes),
+        flow_gate_ps=jnp.where(record, t_ack[:, None], cc.flow_gate_ps),
+    )
+
+
+def _gate_bound_by_later_cuts(cc: CcState) -> CcState:
+    """A later cut of the gate binds its earlier entries too: never send more than a later
+    state allows (a reverse running minimum over the entries)."""
+    gate = cc.flow_gate_allow_bytes
+    return cc.replace(flow_gate_allow_bytes=jnp.flip(jax.lax.cummin(jnp.flip(gate, -1), axis=gate.ndim - 1), -1))
 
 
 def _lead(mask, like):
