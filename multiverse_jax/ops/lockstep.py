@@ -163,11 +163,10 @@ def switch_in_place(index_fn, branches, carry, consts):
         return carry
 
     @switch.def_vmap
-    def switch_batched(axis_size, in_batched, carry, consts):
+    def switch_batched(axis_size, in_batched, carry, consts):  # switch_largest's own rule, every branch going
         carry, consts = _all_batched(axis_size, in_batched, (carry, consts))
-        needs = jax.vmap(index_fn)(carry, consts)
-        vmapped = [jax.vmap(lambda c, k, b=b: b(jnp.bool_(True), c, k)) for b in branches]
-        out = jax.lax.switch(jnp.max(needs), vmapped, carry, consts)
+        going = [lambda c, k, b=b: b(jnp.bool_(True), c, k) for b in branches]
+        out = jax.vmap(lambda c, k: switch_largest(index_fn, going, c, k))(carry, consts)
         return out, jax.tree.map(lambda _: True, out)
 
     return switch(carry, consts)
