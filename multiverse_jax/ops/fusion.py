@@ -22,6 +22,10 @@ def computed_once(mask, window_end_ps):
     would remove the conditional. Under ``vmap`` the conditional becomes a select of both
     branches, with the same values; fusion may copy the mask again there (the lockstep path
     is a GPU's, where that is cheap).
+
+    Not ``computed_apart`` of the int8 mask: the conversion inside the conditional writes the
+    buffer directly, where an int8 mask passed in and returned was 1.5-2.7 % slower a busy
+    window (stop 58, ``benchmarks/results/stop58/computed_once_ab.log``).
     """
     as_int8 = jax.lax.cond(
         window_end_ps > 0, lambda m: m.astype(jnp.int8), lambda m: jnp.where(m, 1, 0).astype(jnp.int8), mask
