@@ -81,7 +81,7 @@ def test_mixed_ack_classes_batch_equals_alone(batching):
     k4 = fattree(4, 100.0, 1.0)
     rng = np.random.default_rng(3)
     exps = []
-    for e, packet in enumerate([CONTROL, DATA, DATA, CONTROL]):
+    for e, packet in enumerate([CONTROL, DATA, CONTROL]):  # four with the star's: SMALL's batch of four
         src = rng.integers(0, 16, 10)
         dst = (src + 1 + rng.integers(0, 15, 10)) % 16
         flows = make_flows(src, dst, rng.integers(5_000, 150_000, 10), 0)
