@@ -30,6 +30,10 @@ SMALL = Static(
     run_packets=8,  # transmit rounds start runs of packets (ops/runs.py): every test checks them
     n_tasks=32,  # task graphs (test_tasks, test_flow_mode's packet runs)
     task_deps=4,
+    # vmap in two lanes (engine._in_lanes: a CPU's own vmap path for large batches): a batch of
+    # four steps two at a time, an experiment that stops giving its lane to the next. The
+    # whole-batch path (an accelerator's) runs in every module with shapes of its own.
+    lockstep_experiments=2,
 )
 
 

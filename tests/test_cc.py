@@ -134,7 +134,7 @@ def _mixed_cc_experiments():
 
 
 # HPCC's telemetry and three data classes: one program for every test of this module on K4.
-MIXED_STATIC = dataclasses.replace(SMALL, int_hops=5, n_data_classes=3)
+MIXED_STATIC = dataclasses.replace(SMALL, int_hops=5, n_data_classes=3, lockstep_experiments=0)  # vmap: the whole batch at once
 MIXED_BATCH = 6  # experiments per batch (the mixed-CC batch; smaller ones are padded with done copies)
 
 

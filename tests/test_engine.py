@@ -155,16 +155,15 @@ def _mixed_experiments():
     return exps
 
 
-@pytest.mark.parametrize("batching", ["vmap", "map", "vmap in lanes"])
+@pytest.mark.parametrize("batching", ["vmap", "map"])
 def test_batch_equals_each_experiment_alone(batching):
     exps = _mixed_experiments()
-    if batching == "vmap in lanes":
-        # Two lanes in lockstep: an experiment that stops gives its lane to the next, and
-        # calls of 7 windows stop lanes at the call's last window too.
-        static = dataclasses.replace(SMALL, lockstep_experiments=2)
-        assert engine.lockstep_lanes(static, len(exps)) == 2
+    if batching == "vmap":
+        # SMALL's two lanes in lockstep (its vmap program): an experiment that stops gives
+        # its lane to the next, and calls of 7 windows stop lanes at the call's last window too.
+        assert engine.lockstep_lanes(SMALL, len(exps)) == 2
         together = simulate(
-            exps, slots_per_host=SMALL.slots_per_host, static=static, batching="vmap", batch_size=padded_size(len(exps)), steps_per_call=7
+            exps, slots_per_host=SMALL.slots_per_host, static=SMALL, batching="vmap", batch_size=padded_size(len(exps)), steps_per_call=7
         )
         assert together[0].summary["batch_n_calls"] > 1
     else:
@@ -196,7 +195,7 @@ def test_lockstep_lanes_by_backend_or_asked():
     assert needed_static([Experiment(K4, flows), Experiment(K4, flows, sim=SimConfig(lockstep_experiments=8))]).lockstep_experiments == 8
     with pytest.raises(InputError, match="sim.lockstep_experiments"):
         SimConfig(lockstep_experiments=-2)
-    pool = dataclasses.replace(SMALL, slots_per_host=1024, n_hosts=16)  # 16,384 slots an experiment
+    pool = dataclasses.replace(SMALL, slots_per_host=1024, n_hosts=16, lockstep_experiments=0)  # 16,384 slots an experiment, lanes by backend
     if jax.default_backend() == "cpu":
         assert engine.lockstep_lanes(pool, 64) == engine.LOCKSTEP_SLOTS_ON_CPU // pool.n_slots == 16
     else:

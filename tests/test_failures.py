@@ -164,7 +164,7 @@ def test_htsim_example_cm_with_failure_lines_runs(tmp_path):
     config = {"topology": {"kind": "fattree", "k": 4}, "workload": {"kind": "cm", "path": str(path)}}
     exp = experiment_from_config(config)
     assert exp.topology.links_down() == ["agg2-core0", "agg7-core3"]
-    result = run_small([exp], slots_per_host=256)[0]  # 2 MB flows congested under PFC: more in flight
+    result = run_small([exp], slots_per_host=256)[0]  # 2 MB flows congested under PFC: more in flight than 128 a host
     assert result.ok and (result.flows["rx_bytes"] == 2_000_000).all()
     down = {"agg2->core0", "core0->agg2", "agg7->core3", "core3->agg7"}
     assert not any(link in p for p in flow_path_names(exp) for link in down)

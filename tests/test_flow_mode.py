@@ -38,7 +38,7 @@ GBPS = 10**9
 K4 = fattree(4, 100.0, 1.0)
 FLOW = SimConfig(mode="flow")
 # One shape for every flow-mode test (one compiled flow-level program); no packet pool needed.
-FLOW_SMALL = dataclasses.replace(SMALL, slots_per_host=1, path_len=8, flow_level=True, n_data_classes=2)
+FLOW_SMALL = dataclasses.replace(SMALL, slots_per_host=1, path_len=8, flow_level=True, n_data_classes=2, lockstep_experiments=0)
 
 
 def run_flow(experiments, batching="auto"):

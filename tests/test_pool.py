@@ -47,7 +47,9 @@ def _leaves_differing(a, b) -> list[str]:
 
 
 def _mixed_final(batching: str, columns: int = 0, inner: tuple[int, ...] = (), per_host: bool = False):
-    static = dataclasses.replace(SMALL, prefix_columns=columns, prefix_inner_columns=inner, prefix_per_host=per_host)
+    static = dataclasses.replace(
+        SMALL, prefix_columns=columns, prefix_inner_columns=inner, prefix_per_host=per_host, lockstep_experiments=0
+    )  # vmap: the whole batch at once (an accelerator's path)
     batch = build_batch(_mixed_experiments(), static=static, slots_per_host=static.slots_per_host)
     return engine.run(batch.params, batch.state, batching=batching)[0]
 

@@ -45,7 +45,7 @@ EXPERIMENTS = [
     Experiment(FAT_TREE, INCAST, switch=PFC, cc=CcKind.dctcp, sim=SimConfig(seed=3)),
     Experiment(FAT_TREE, INCAST, switch=PFC, cc=CcKind.hpcc, packet=PacketConfig(ack_class="data"), sim=SimConfig(seed=4)),
 ]
-SHAPES = {"n_data_classes": 2, "int_hops": 5}  # two priorities; HPCC telemetry over 5 switch hops
+SHAPES = {"n_data_classes": 2, "int_hops": 5, "lockstep_experiments": 0}  # two priorities; HPCC telemetry over 5 switch hops; vmap: the whole batch at once
 
 
 def outcome(result) -> dict:
