@@ -302,7 +302,10 @@ def test_header_comment(name):
     assert "# @package _global_" in block
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+# The full-size sweeps' points are slow to check (10-20 s each for topology and parallelism,
+# whose LLM workloads are built per point): CI checks every point of the small versions, and
+# the full ones' headers and Hydra composition; ``pytest -m slow`` checks their points too.
+@pytest.mark.parametrize("name", [name if name in SMALL else pytest.param(name, marks=pytest.mark.slow) for name in CONFIGS])
 def test_every_point_is_valid(name, hydra_experiments, memoized_generate):
     start = time.perf_counter()
     points = sweep_points(name)
