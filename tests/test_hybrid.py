@@ -12,6 +12,7 @@ from conftest import SMALL
 from test_pool import _leaves_differing
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
+from multiverse_jax.components.static import RUN_PACKETS
 from multiverse_jax.conf.schema import HybridConfig, SimConfig
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.experiment import Experiment
@@ -27,7 +28,8 @@ from multiverse_jax.workload.flows import make_flows
 
 # cc=none queues a shared bottleneck under PFC; HPCC telemetry; the learned restorer compiled in
 # (restorer_history), so the hybrid.restore=transformer tests share these programs.
-SHAPES = dataclasses.replace(SMALL, slots_per_host=512, int_hops=5, steady_window=8, restorer_history=N_HISTORY)
+# Runs of packets on (a CPU's default; SMALL runs one a round): these long runs take fewer rounds with them.
+SHAPES = dataclasses.replace(SMALL, slots_per_host=512, int_hops=5, steady_window=8, restorer_history=N_HISTORY, run_packets=RUN_PACKETS)
 MB = 1_000_000
 TOPOLOGY = fattree(4, 100.0, 1.0)
 

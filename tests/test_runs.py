@@ -46,6 +46,7 @@ EXPERIMENTS = [
     Experiment(FAT_TREE, INCAST, switch=PFC, cc=CcKind.hpcc, packet=PacketConfig(ack_class="data"), sim=SimConfig(seed=4)),
 ]
 SHAPES = {"n_data_classes": 2, "int_hops": 5, "lockstep_experiments": 0}  # two priorities; HPCC telemetry over 5 switch hops; vmap: the whole batch at once
+RUNS = {**SHAPES, "run_packets": RUN_PACKETS}  # runs of packets (SMALL runs one a round)
 
 
 def outcome(result) -> dict:
@@ -69,7 +70,7 @@ def assert_same(results, reference):
 
 
 def test_runs_equal_one_packet_a_round(one_a_round):
-    assert_same([outcome(r) for r in run_small(EXPERIMENTS, **SHAPES)], one_a_round)
+    assert_same([outcome(r) for r in run_small(EXPERIMENTS, **RUNS)], one_a_round)
     assert all(r["pfc_pauses"] > 0 for r in one_a_round)  # runs meet pauses
 
 
@@ -77,7 +78,7 @@ def test_a_round_starts_trains_of_packets():
     """The runs happen: in the busy windows of the experiments (the batch of the test
     above, its compiled program), some port starts several packets in one round, with
     ACKs in the data FIFO and with control ACKs alike."""
-    static = dataclasses.replace(SMALL, **SHAPES)
+    static = dataclasses.replace(SMALL, **RUNS)
     batch = build_batch(EXPERIMENTS, static=static, slots_per_host=static.slots_per_host, batch_size=padded_size(4))
 
     @jax.jit
@@ -227,10 +228,10 @@ def test_long_single_class_runs_equal_one_packet_a_round(one_a_round, batching, 
     (the accelerator's batching), the batch takes them where every experiment can. They
     are taken here, and the results are those of one packet a round."""
     rows_started = _count_single_class(monkeypatch)
-    assert_same([outcome(r) for r in run_small(EXPERIMENTS, batching=batching, long_runs=True, **SHAPES)], one_a_round)
+    assert_same([outcome(r) for r in run_small(EXPERIMENTS, batching=batching, long_runs=True, **RUNS)], one_a_round)
     # The same program (traced above, with the count) on the second batch, against its run of one packet a round.
     reference = [outcome(r) for r in run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, run_packets=1, **SHAPES)]
-    results = run_small(BOTH_WAYS_EXPERIMENTS, batching=batching, batch_size=4, long_runs=True, **SHAPES)
+    results = run_small(BOTH_WAYS_EXPERIMENTS, batching=batching, batch_size=4, long_runs=True, **RUNS)
     assert_same([outcome(r) for r in results], reference)
     assert sum(n for n, _ in rows_started) > 0, "ways 1 and 2 never started a packet"
     assert sum(c for _, c in rows_started) > 0, "no run followed a NIC's new packet"
@@ -254,7 +255,7 @@ def test_one_class_queue_per_port_takes_the_closed_form_alone(monkeypatch):
     assert_same([outcome(r) for r in results], reference)
     assert sum(c for _, c in rows_started) > 0, "no run followed a NIC's new packet"
     # An accelerator's form: long runs on too, in lockstep (the switch takes ways 1 and 2 only).
-    locked = run_small(BOTH_WAYS_EXPERIMENTS, batching="vmap", batch_size=4, rival_classes=False, long_runs=True, **SHAPES)
+    locked = run_small(BOTH_WAYS_EXPERIMENTS, batching="vmap", batch_size=4, rival_classes=False, long_runs=True, **RUNS)
     assert_same([outcome(r) for r in locked], reference)
     data = needed_static(BOTH_WAYS_EXPERIMENTS)
     assert not data.rival_classes
