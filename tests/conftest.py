@@ -234,21 +234,20 @@ def pytest_unconfigure(config):
         shutil.rmtree(cache, ignore_errors=True)
 
 
-# The heaviest modules first (seconds measured on 2 cores, a CI-form run without ../shared
-# on 2026-12-07, plus the two modules that need it, from 2026-11-24): pytest-xdist's
+# The heaviest modules first (seconds measured on 2 cores, the whole suite with ../shared on
+# 2026-12-07, after stop 59's changes; test_runs from its own run): pytest-xdist's
 # loadfile hands a worker the next module as it frees up (in this order:
 # ``--no-loadscope-reorder`` in pyproject.toml), so starting with the longest leaves short
 # ones to fill the end, and the two workers finish closer together.
 MODULE_SECONDS = {
-    "test_hybrid.py": 143, "test_pool.py": 118, "test_runs.py": 116, "test_engine.py": 71, "test_cc.py": 68,
-    "test_sweep.py": 67, "test_cli.py": 67, "test_link_events.py": 64, "test_experiments.py": 59,
-    "test_queues.py": 45, "test_hpcc_htsim.py": 42, "test_ray_backend.py": 39, "test_sharding.py": 35,
-    "test_flow_mode.py": 35, "test_ack_class.py": 35, "test_golden.py": 28, "test_search.py": 26,
-    "test_timeseries.py": 25, "test_restorer_dataset.py": 25, "test_pfc_exact.py": 25,
-    "test_collective_times.py": 25, "test_lockstep.py": 22, "test_restorer_model.py": 21,
-    "test_invariants.py": 14, "test_failures.py": 13, "test_overflow.py": 12, "test_importers.py": 9,
-    "test_cc_config.py": 7, "test_compile_cache.py": 6,
-    "test_workload_files.py": 39, "test_prefix_scans.py": 11,  # need ../shared: 2026-11-24
+    "test_hybrid.py": 157, "test_cli.py": 84, "test_sweep.py": 82, "test_runs.py": 75, "test_cc.py": 68,
+    "test_pool.py": 64, "test_engine.py": 61, "test_link_events.py": 50, "test_hpcc_htsim.py": 45,
+    "test_restorer_dataset.py": 40, "test_timeseries.py": 40, "test_queues.py": 39, "test_ray_backend.py": 39,
+    "test_restorer_model.py": 34, "test_flow_mode.py": 33, "test_sharding.py": 33, "test_golden.py": 31,
+    "test_search.py": 31, "test_failures.py": 30, "test_experiments.py": 29, "test_workload_files.py": 26,
+    "test_pfc_exact.py": 25, "test_importers.py": 21, "test_invariants.py": 20, "test_vs_htsim.py": 15,
+    "test_overflow.py": 15, "test_collective_times.py": 14, "test_cc_config.py": 9, "test_lockstep.py": 8,
+    "test_ack_class.py": 7, "test_compile_cache.py": 6, "test_prefix_scans.py": 2,
 }  # fmt: skip
 
 
