@@ -120,6 +120,7 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         congestion_control=any(e.cc != CcKind.none for e in experiments),
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
         run_packets=_run_packets(experiments),
+        fifo_pass=all(e.sim.fifo_pass for e in experiments),
         lockstep_experiments=max(e.sim.lockstep_experiments for e in experiments),
         rival_classes=any(e.packet.ack_class != AckClass.data for e in experiments) or _priorities(experiments) > 1,
     )
@@ -234,7 +235,7 @@ def build_batch(
                 f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
             )
         # Not shapes an experiment needs (ops/pool.py, systems/transmit.py, engine.py).
-        choices = {"prefix_columns", "prefix_inner_columns", "prefix_per_host", "run_packets", "run_ports", "long_runs", "lockstep_experiments"}
+        choices = {"prefix_columns", "prefix_inner_columns", "prefix_per_host", "run_packets", "run_ports", "long_runs", "lockstep_experiments", "fifo_pass"}
         small = [
             f.name for f in dataclasses.fields(Static)
             if f.name not in choices and getattr(static, f.name) < getattr(needed, f.name)

@@ -579,6 +579,11 @@ class SimConfig(Group):
     # (ops/runs.py; the largest of a batch): 0 chooses 8; 1 turns runs off. Same results, bit
     # for bit; only the speed differs (benchmarks/HISTORY.md, stop 36)
     run_packets: int = 0
+    # Without rival class queues (ACKs queued with data at one priority, htsim's configuration), every
+    # switch port's departures of a window computed in one pass at its start (ops/fifo_pass.py), the
+    # transmit rounds serving only the NICs and the ports a PFC pause stops; false: the rounds serve
+    # every port. One experiment of a batch asking false turns it off. Same results, bit for bit
+    fifo_pass: bool = True
     # sim.batching=vmap: experiments stepped in lockstep at once, in lanes that each take the next
     # experiment when theirs stops (engine.lockstep_lanes; the largest of a batch): 0 chooses, the
     # whole batch on an accelerator, a cache's worth of packet pools on a CPU. Same results, bit for bit

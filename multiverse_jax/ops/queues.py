@@ -188,7 +188,7 @@ def service_order(params: Params, pkts: PacketState, window_end_ps, kept: OrderS
     return switch_largest(needs, branches, params, pkts, window_end_ps, kept, view, new, counts, join=join)
 
 
-def _queue_of_position(queue_end, n_positions: int):
+def queue_of_position(queue_end, n_positions: int):
     """(n_positions,) int32 the queue each position of an order belongs to (Q past the
     queues), from ``queue_end`` (Q,): the number of queues that end at or before it."""
     ends = jnp.zeros(n_positions + 1, jnp.int32).at[queue_end].add(1)
@@ -225,7 +225,7 @@ def _kept_view(kept: OrderState) -> KeptView:
     """Which positions of the kept order still hold a queued packet: those at or past
     their queue's pointer (one pass over the positions, once per window)."""
     n_positions, n_queues = kept.order_slot.shape[0], kept.order_queue_end.shape[0]
-    queue = _queue_of_position(kept.order_queue_end, n_positions)
+    queue = queue_of_position(kept.order_queue_end, n_positions)
     pointer = kept.order_head[jnp.minimum(queue, n_queues - 1)]
     is_kept = (queue < n_queues) & (jnp.arange(n_positions, dtype=jnp.int32) >= pointer)
     return KeptView(queue, is_kept, kept.order_queue_end - kept.order_head)
@@ -286,7 +286,7 @@ def _merged(
     kept_end = jnp.cumsum(view.count, dtype=jnp.int32)  # (Q,) one past each queue's kept packets, merged
     kept_shift = kept_end - view.count + queue_start(arrivals) - kept.order_head  # (Q,)
     to = jnp.arange(n_slots, dtype=jnp.int32) + kept_shift[jnp.minimum(view.queue, n_queues - 1)]
-    arrival_queue = _queue_of_position(arrivals.queue_end, n_places)
+    arrival_queue = queue_of_position(arrivals.queue_end, n_places)
     arrival_to = jnp.arange(n_places, dtype=jnp.int32) + kept_end[jnp.minimum(arrival_queue, n_queues - 1)]
     slot = jnp.full(n_slots, n_slots, jnp.int32)
     slot = slot.at[jnp.where(view.is_kept, to, n_slots)].set(kept.order_slot, mode="drop")

@@ -308,7 +308,7 @@ def follow(params: Params, state: State, order, head, end0, first: Departures, c
             taken = (LONG, SINGLE, MERGED) if static.rival_classes else (LONG, SINGLE)  # (``_way`` never gives way 3 there)
             ways = [lambda consts, way=way: _rows(*consts, way=way) for way in taken]
             rows = lockstep.switch_largest(_way, ways, consts)
-        return _ran(rows), leave(consts[0], idle[1], rows)
+        return ran_of(rows), leave(consts[0], idle[1], rows)
 
     idle = Ran(state.ports, jnp.bool_(False), jnp.int32(0), jnp.zeros_like(head), end0)
     return lockstep.when_any(jnp.any(n_behind > 0), ran_and_pool, (idle, state.packets), consts)
@@ -337,7 +337,7 @@ class Ran(NamedTuple):
     ends: jnp.ndarray  # (Q,) int32 one past each queue's packets arrived by its port's last departure
 
 
-def _ran(rows: Rows) -> Ran:
+def ran_of(rows: Rows) -> Ran:
     return Ran(rows.ports, rows.over, jnp.sum(rows.dep.sends, dtype=jnp.int32), rows.served, rows.ends)
 
 

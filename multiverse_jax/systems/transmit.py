@@ -45,7 +45,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import CC_HPCC, ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
 from multiverse_jax.components.packets import PacketState
-from multiverse_jax.ops import marking, nic, pfc, pool, queues, runs
+from multiverse_jax.ops import fifo_pass, marking, nic, pfc, pool, queues, runs
 from multiverse_jax.ops.runs import Departures
 from multiverse_jax.ops.lockstep import while_any
 from multiverse_jax.ops.packets import at_host, in_flight, serialization_ps
@@ -429,9 +429,24 @@ def window_start(params: Params, state: State, window_end_ps):
     # The searches start past the packets that arrived before the window (``ServiceOrder.arrived_before``).
     before_window = jnp.full(params.static.n_ports, window_end_ps - params.window_ps - 1)
     used = jnp.zeros(params.static.n_hosts, jnp.int32)
-    front = round_front(params, state, start, used, window_end_ps, order, free, seen)
-    serving = Serving(state, start, order.arrived_before, used, front, seen, before_window)
+    head, arrived = start, order.arrived_before
+    if fifo_pass.applies(params.static):  # the switch ports' departures of the window, at once
+        state, head, arrived, before_window = drain(params, state, order, head, arrived, before_window, window_end_ps)
+    front = round_front(params, state, head, used, window_end_ps, order, free, seen)
+    serving = Serving(state, head, arrived, used, front, seen, before_window)
     return serving, order, free, upcoming
+
+
+def drain(params: Params, state: State, order, head, arrived, arrived_ps, window_end_ps):
+    """The FIFO pass (``ops/fifo_pass.py``): every switch port's departures of the window
+    that the rounds would start, on the wire at once, their counters and queue watch; the
+    state, and the ``Serving`` pointers ``head``, ``arrived`` (Q,) and ``arrived_ps`` (P,)
+    after them."""
+    n_positions = params.static.n_slots
+    rows, arrived_ps = fifo_pass.drain(params, state, order, head, arrived, arrived_ps, window_end_ps, n_positions)
+    state = account_runs(params, state, runs.ran_of(rows))
+    state = state.replace(packets=leave_runs(params, state.packets, rows))
+    return state, head + rows.served, rows.ends, arrived_ps
 
 
 def transmit(params: Params, state: State, window_end_ps) -> State:

@@ -1,0 +1,202 @@
+"""The FIFO pass: every switch port's departures of a window at once, where a port's
+packets wait in one FIFO (no rival class queues: htsim's configuration,
+``Static.rival_classes`` off).
+
+Nothing joins a queue while ports transmit (``ops/queues.py``), and a switch port has no
+NIC offers and, with one class queue, no strict-priority rival: so what the transmit
+rounds would start there one a round is known at the window's start. Over the port's
+queue in service order, from when the port falls free, start_i = max(ready_i, start_(i-1) +
+ser_(i-1)) (the max-plus recurrence, DESIGN.md "Time"): with C_i the serialisations before
+packet i, start_i = C_i + max(free, max over j <= i of ready_j - C_j) (a segmented cumsum
+and cummax over the service order, whose queues are contiguous). A data packet is ready at
+its arrival, not before the window start; the port's first free instant waits for a PFC
+pause in effect to end. The pass stops a port's departures at the first that does not start
+inside the window, that starts at or after the port's next PFC pause (after it the release
+is only bounded, ``pfc.release_bound``), or whose queue's arrivals by its start it cannot
+count within ``SEARCHED`` positions: the transmit rounds go on from there, exactly as they
+would have. So a window's rounds serve the NICs (whose offers change as they create
+packets) and the ports the pass stopped, not the switch ports' queues one packet (or one
+run) a round.
+
+Every other field of a departure follows in closed form along its queue as in a run
+(``runs.departures_behind``, ``runs.watch``): the queue before it (arrived by its start,
+less what left before it), its link's arrival, schedule and ranks, the port's queue watch.
+The pass's cost is per position of the service order it covers (``n_positions``: the
+smallest of ``pass_sizes`` that holds every queued packet), not per round or per port.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.ops import pfc, queues
+from multiverse_jax.ops.packets import link_serialization_ps
+from multiverse_jax.ops.runs import WATCHED, Departures, Rows
+from multiverse_jax.ops.segments import prefix_max, prefix_sum
+from multiverse_jax.units import NEVER
+
+# Positions past a departing packet the pass reads for what has arrived at its port by its
+# start (a fixed-depth binary search); where every one of them has, the port's pass stops
+# there and the rounds go on.
+SEARCHED = 64
+# Bits of a queue's instants relative to the window start in the packed keys of the
+# segmented cummax: serialisations queued at one port up to 2**45 ps (35 s).
+_TIME_BITS = 46
+NEVER_BEFORE = -(1 << (_TIME_BITS - 1))  # a value no instant of the window is below (the key's least)
+
+
+def pass_sizes(n_slots: int) -> list[int]:
+    """The position counts the pass may cover (``Static.fifo_pass``): a quarter of
+    ``queues.SMALLEST_SORT``, then ``queues.sort_sizes``, then the whole pool."""
+    return sorted({n for n in [max(1, queues.SMALLEST_SORT // 4)] + queues.sort_sizes(n_slots) if n < n_slots} | {n_slots})
+
+
+def applies(static) -> bool:
+    """The pass runs where a batch has it (``Static.fifo_pass``) and a port's packets are in
+    one class queue; not where a departure's telemetry looks ahead at the pool (HPCC's
+    ``hpcc.int_queue=with_packet``, which the rounds serve one packet a port a round)."""
+    return static.fifo_pass and not static.rival_classes and not static.int_queue_with_packet
+
+
+def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, arrived_ps, window_end_ps, n_positions: int):
+    """The departures of every switch port at the window's start (``head`` (Q,): each
+    queue's pointer; ``end0`` (Q,): the searches' hints, ``Serving.arrived``) over the
+    first ``n_positions`` positions of ``order`` (every queued packet is among them): a
+    ``runs.Rows`` over N = ``n_positions`` cells, cell i the packet at position i
+    (``dep.sends`` where it leaves), the ports after the pass, and each queue's packets
+    sent (``served``) and where its arrivals by its last departure end (``ends``); and
+    (P,) the instant those are counted to, each port's last departure's start (``arrived_ps``
+    where it sent none)."""
+    static = params.static
+    n_ports, n_queues = static.n_ports, static.n_queues
+    window_start_ps = window_end_ps - params.window_ps
+    ports = state.ports
+    position = jnp.arange(n_positions, dtype=jnp.int32)
+    queue = queues.queue_of_position(order.queue_end, n_positions)  # (N,) Q past the queues
+    port = jnp.minimum(queue, n_queues - 1)  # one class queue a port: queue p is port p's
+    first = head[port]  # (N,) the position the port's pass starts from
+    is_switch = params.ports.port_host[port] < 0
+    queued = (queue < n_queues) & (position >= first)
+    time_ps = order.time_ps[:n_positions]
+    packet = queues.QueuedPacket(*(column[:n_positions] for column in order.packet))
+    ser_ps = jnp.where(queued, link_serialization_ps(params, packet.wire_bytes, port), 0)
+
+    def before(values, base):
+        """(N,) each position's value at the position before it in its queue, ``base`` (P,)
+        of its port at the pass's first."""
+        shifted = jnp.concatenate([values[:1], values[:-1]])
+        return jnp.where(position == first, base[port], shifted)
+
+    # C_i: the serialisations before position i in its queue's pass.
+    total_ps = prefix_sum(ser_ps)
+    before_ps = total_ps - ser_ps - (total_ps - ser_ps)[jnp.minimum(first, n_positions - 1)]
+    ready_ps = jnp.maximum(time_ps, window_start_ps)  # a queued data packet (ACKs too: one class)
+    latest_ps = _segment_max(queue, jnp.where(queued, ready_ps - before_ps - window_start_ps, NEVER_BEFORE)) + window_start_ps
+    free_ps = jnp.maximum(ports.port_free_ps, window_start_ps)
+    held_until_ps, next_pause_ps = pfc.held_until_ps(params, state.links, free_ps, slice(None))  # (P,) each
+    start = before_ps + jnp.maximum(jnp.maximum(free_ps, held_until_ps)[port], latest_ps)
+    # The queue just before each departure, it included: what arrived by its start, less
+    # what left before it (a search from its own position on, as ``runs.single_class``).
+    queue_end = order.queue_end[port]
+    low = position + 1
+    high = jnp.minimum(queue_end, low + SEARCHED)
+    ends = _arrived_within(order.time_ps, low, high, start)
+    known = (ends < low + SEARCHED) | (ends >= queue_end)
+    queue_bytes = order.bytes_before[ends] - order.bytes_before[position]
+    certain = queued & is_switch & (start < window_end_ps) & (start < next_pause_ps[port]) & known
+    # Starts only grow along a queue, but a search may not know: the departures stop at the first uncertain.
+    last_uncertain = prefix_max(jnp.where(queued & ~certain, position, -1))
+    sends = certain & (last_uncertain < first)
+    dep = _departures(params, ports, order, packet, position, first, port, start, ser_ps, sends, before)
+    n_sent = jax.ops.segment_sum(sends.astype(jnp.int32), port, n_ports)  # (P,) = (Q,)
+    last = jnp.minimum(head + n_sent - 1, n_positions - 1)  # each port's last departure, where it sent
+    sent = n_sent > 0
+    tx_bytes = ports.port_tx_bytes[port] + order.bytes_before[position + 1] - order.bytes_before[first]
+    watched, over = _watch(params, ports, dep, queue_bytes, port, before, last, sent)
+
+    def after(column, values):  # (P,) a port field after its last departure
+        return jnp.where(sent, values[last], column)
+
+    ports = ports.replace(
+        port_free_ps=after(ports.port_free_ps, dep.start + dep.ser_ps), port_tx_bytes=after(ports.port_tx_bytes, tx_bytes),
+        port_last_arrival_ps=after(ports.port_last_arrival_ps, dep.arrival_ps),
+        port_busy_rank=after(ports.port_busy_rank, dep.busy_rank), port_train_rank=after(ports.port_train_rank, dep.rank),
+        port_last_scheduled_ps=after(ports.port_last_scheduled_ps, dep.scheduled_ps), **watched,
+    )  # fmt: skip
+    ends_after = jnp.where(sent, ends[last], end0)
+    cell_port = jnp.where(sends, port, n_ports)
+    rows = Rows(dep, cell_port, packet, queue_bytes, tx_bytes, ports, over, n_sent, ends_after)
+    return rows, jnp.where(sent, dep.start[last], arrived_ps)
+
+
+def _segment_max(queue, values):
+    """(N,) the largest of ``values`` (N,) int64 from its queue's first position to each (the
+    positions of a queue, ``queue`` (N,) int32, contiguous and ascending): one cummax of a
+    key packing the queue above the value, which must lie within +-2**(_TIME_BITS - 1)."""
+    half = 1 << (_TIME_BITS - 1)
+    packed = (queue.astype(jnp.int64) << _TIME_BITS) | jnp.clip(values + half, 0, 2 * half - 1)
+    return (prefix_max(packed) & ((1 << _TIME_BITS) - 1)) - half
+
+
+def _arrived_within(time_ps, low, high, at_ps):
+    """One past the last position in [low, high) whose time is at most ``at_ps`` (arrays
+    alike; times sorted there): a binary search of fixed depth, enough for ``SEARCHED``."""
+    for _ in range(SEARCHED.bit_length()):
+        middle = (low + high) // 2
+        searching = low < high
+        arrived = time_ps[jnp.minimum(middle, time_ps.shape[0] - 1)] <= at_ps
+        low, high = jnp.where(searching & arrived, middle + 1, low), jnp.where(searching & ~arrived, middle, high)
+    return low
+
+
+def _departures(params: Params, ports, order, packet, position, first, port, start, ser_ps, sends, before) -> Departures:
+    """(N,) each: the ``Departures`` of the pass's cells, their link and rank fields in
+    closed form along each queue (as ``runs.departures_behind``: a busy period begins at a
+    packet that finds the port free, a train at one whose last bit leaves once the one
+    before has arrived, and a departure takes the latest one's rank)."""
+    end_ps = start + ser_ps
+    arrival_ps = end_ps + params.links.link_delay_ps[port]
+    arrival_before = before(arrival_ps, ports.port_last_arrival_ps)
+    scheduled_ps = jnp.maximum(end_ps, arrival_before)
+    fresh_link = end_ps >= arrival_before
+    prior_ps = jnp.where(fresh_link, start, before(scheduled_ps, ports.port_last_scheduled_ps))
+    available_ps = order.time_ps[: position.shape[0]]
+    busy_rank = _latest(position, first, port, packet.rank, before(end_ps, ports.port_free_ps) <= available_ps, ports.port_busy_rank)
+    rank = _latest(position, first, port, busy_rank, fresh_link, ports.port_train_rank)
+    falses = jnp.zeros_like(sends)
+    zeros = jnp.zeros_like(position)
+    return Departures(
+        start, falses, zeros, sends, ~packet.is_ack, falses, falses, order.slot[: position.shape[0]], packet.wire_bytes, ser_ps,
+        arrival_ps, scheduled_ps, prior_ps, busy_rank, rank,
+    )  # fmt: skip
+
+
+def _latest(position, first, port, values, begins, base):
+    """(N,) at each position ``values`` at the latest position of its queue's pass up to it
+    where ``begins``, or ``base`` (P,) of its port where none has."""
+    latest = prefix_max(jnp.where(begins & (position >= first), position, -1))
+    return jnp.where(latest >= first, values[jnp.maximum(latest, 0)], base[port])
+
+
+def _watch(params: Params, ports, dep: Departures, queue_bytes, port, before, last, sent):
+    """``runs.watch`` along each queue's departures (``dep.sends``, a prefix of its
+    positions): the ``WATCHED`` port fields after them, and whether a queue rose above its
+    buffer."""
+    n_ports = params.static.n_ports
+    max_queue_bytes, overflow_events, over_buffer_ps, over_since_ps = (getattr(ports, name) for name in WATCHED)
+    buffer_bytes = params.ports.port_buffer_bytes[port]
+    sampled, at_ps = dep.sends, dep.start
+    since_after_ps = jnp.where(queue_bytes - dep.wire_bytes > buffer_bytes, at_ps, NEVER)
+    since_before_ps = before(since_after_ps, over_since_ps)
+    was_over = since_before_ps != NEVER
+    over = sampled & (queue_bytes > buffer_bytes)
+    at = jnp.where(sampled, port, n_ports)  # what no departure samples adds nowhere
+    watched = (
+        jnp.maximum(max_queue_bytes, jax.ops.segment_max(queue_bytes, at, n_ports)),
+        overflow_events + jax.ops.segment_sum((over & ~was_over).astype(overflow_events.dtype), at, n_ports),
+        over_buffer_ps + jax.ops.segment_sum(jnp.where(was_over, at_ps - since_before_ps, 0), at, n_ports),
+        jnp.where(sent, since_after_ps[last], over_since_ps),
+    )
+    return dict(zip(WATCHED, watched)), jnp.any(over)
