@@ -47,7 +47,7 @@ from multiverse_jax.systems import transmit
 from step_profile import transmit_rounds  # benchmarks/, run as a script
 
 PHASES = {  # the functions a transmit round calls, by module
-    transmit: ("class_heads", "start_times", "depart", "queue_at_end", "account", "leave", "nic_emit"),
+    transmit: ("class_heads", "start_times", "depart", "queue_at_end", "account", "leave", "nic_emit", "drain"),
     queues: ("arrived_bytes", "at_head"),
     nic: ("offer", "emit"),
     runs: ("follow",),

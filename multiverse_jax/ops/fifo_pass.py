@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
-from multiverse_jax.ops import pfc, queues
-from multiverse_jax.ops.packets import link_serialization_ps
+from multiverse_jax.ops import queues
+from multiverse_jax.ops.packets import PS_BITS_PER_BYTE, link_serialization_ps
 from multiverse_jax.ops.runs import WATCHED, Departures, Rows
 from multiverse_jax.ops.segments import prefix_max, prefix_sum
 from multiverse_jax.units import NEVER
@@ -41,6 +41,9 @@ from multiverse_jax.units import NEVER
 # start (a fixed-depth binary search); where every one of them has, the port's pass stops
 # there and the rounds go on.
 SEARCHED = 64
+# Packets at the head of a queue the pass may start in one window (``candidates``): a port
+# that could start more (ACKs of 64 B at 100 Gb/s: ~195 a microsecond) goes on in the rounds.
+CANDIDATES = 256
 # Bits of a queue's instants relative to the window start in the packed keys of the
 # segmented cummax: serialisations queued at one port up to 2**45 ps (35 s).
 _TIME_BITS = 46
@@ -48,9 +51,17 @@ NEVER_BEFORE = -(1 << (_TIME_BITS - 1))  # a value no instant of the window is b
 
 
 def pass_sizes(n_slots: int) -> list[int]:
-    """The position counts the pass may cover (``Static.fifo_pass``): a quarter of
+    """The cell counts the pass may take (``candidates``' total), after none (no switch port
+    has two: the rounds' first serve them as well): a sixteenth and a quarter of
     ``queues.SMALLEST_SORT``, then ``queues.sort_sizes``, then the whole pool."""
-    return sorted({n for n in [max(1, queues.SMALLEST_SORT // 4)] + queues.sort_sizes(n_slots) if n < n_slots} | {n_slots})
+    smallest = queues.SMALLEST_SORT
+    return [0] + sorted({n for n in [max(1, smallest // 16), max(1, smallest // 4)] + queues.sort_sizes(n_slots) if n < n_slots} | {n_slots})
+
+
+def size_index(count, sizes: list[int]):
+    """() int32 the branch of ``sizes`` the pass takes for ``count`` (Q,) candidates: none
+    where no queue has two, else the smallest that holds them all."""
+    return jnp.where(jnp.max(count) < 2, 0, 1 + queues.size_index(jnp.sum(count), sizes[1:]))
 
 
 def applies(static) -> bool:
@@ -60,60 +71,89 @@ def applies(static) -> bool:
     return static.fifo_pass and not static.rival_classes and not static.int_queue_with_packet
 
 
-def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, arrived_ps, window_end_ps, n_positions: int):
-    """The departures of every switch port at the window's start (``head`` (Q,): each
-    queue's pointer; ``end0`` (Q,): the searches' hints, ``Serving.arrived``) over the
-    first ``n_positions`` positions of ``order`` (every queued packet is among them): a
-    ``runs.Rows`` over N = ``n_positions`` cells, cell i the packet at position i
-    (``dep.sends`` where it leaves), the ports after the pass, and each queue's packets
-    sent (``served``) and where its arrivals by its last departure end (``ends``); and
-    (P,) the instant those are counted to, each port's last departure's start (``arrived_ps``
-    where it sent none)."""
+def candidates(params: Params, state: State, order: queues.ServiceOrder, head, window_end_ps):
+    """(Q,) int32 the packets at the head of each switch port's queue (from its pointer
+    ``head`` (Q,)) that might start inside the window, up to ``CANDIDATES``: those whose
+    serialisations before them fit between the port's free instant and the window's end (a
+    bound from their bytes: a packet's serialisation is at least its bytes times the link's
+    whole ps per byte). A binary search per queue over the service order's bytes; 0 at NIC
+    ports."""
     static = params.static
-    n_ports, n_queues = static.n_ports, static.n_queues
+    n_queues, n_positions = static.n_queues, order.slot.shape[0]
+    free_ps = jnp.maximum(state.ports.port_free_ps, window_end_ps - params.window_ps)  # (P,) = (Q,)
+    ps_per_byte = PS_BITS_PER_BYTE // params.links.link_rate_bps  # (P,) whole ps per byte (0 past 8 Tb/s: all candidates)
+    room_ps = window_end_ps - free_ps
+    base = order.bytes_before[jnp.minimum(head, n_positions)]
+    low, high = head, jnp.minimum(jnp.maximum(order.queue_end, head), head + CANDIDATES)
+    for _ in range(CANDIDATES.bit_length()):  # one past the last position whose bytes before it fit
+        middle = (low + high) // 2
+        fits = (order.bytes_before[jnp.minimum(middle, n_positions)] - base) * ps_per_byte < room_ps
+        searching = low < high
+        low, high = jnp.where(searching & fits, middle + 1, low), jnp.where(searching & ~fits, middle, high)
+    return jnp.where(params.ports.port_host < 0, low - head, 0).astype(jnp.int32)[:n_queues]
+
+
+def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, arrived_ps, window_end_ps, seen, count, n_cells: int, go=True):
+    """The departures of every switch port at the window's start (``head`` (Q,): each
+    queue's pointer; ``end0`` (Q,): the searches' hints, ``Serving.arrived``) among the
+    ``count`` (Q,) packets at the head of each queue (``candidates``, at most ``n_cells``
+    in all): a ``runs.Rows`` over N = ``n_cells`` cells, each queue's candidates one after
+    another (``dep.sends`` where one leaves), the ports after the pass, and each queue's
+    packets sent (``served``) and where its arrivals by its last departure end (``ends``);
+    and (P,) the instant those are counted to, each port's last departure's start
+    (``arrived_ps`` where it sent none). ``seen``: the ports' PFC pauses as seen from the
+    window start (``pfc.seen_from``). Nothing departs where ``go`` (() bool) is False
+    (``lockstep.switch_in_place``'s flag)."""
+    static = params.static
+    n_ports, n_queues, n_positions = static.n_ports, static.n_queues, order.slot.shape[0]
     window_start_ps = window_end_ps - params.window_ps
     ports = state.ports
-    position = jnp.arange(n_positions, dtype=jnp.int32)
-    queue = queues.queue_of_position(order.queue_end, n_positions)  # (N,) Q past the queues
-    port = jnp.minimum(queue, n_queues - 1)  # one class queue a port: queue p is port p's
-    first = head[port]  # (N,) the position the port's pass starts from
-    is_switch = params.ports.port_host[port] < 0
-    queued = (queue < n_queues) & (position >= first)
-    time_ps = order.time_ps[:n_positions]
-    packet = queues.QueuedPacket(*(column[:n_positions] for column in order.packet))
+    # Cells: queue q's candidates at cells offset[q] .. offset[q] + count[q] - 1, queue after queue.
+    offset = prefix_sum(count) - count  # (Q,)
+    cell = jnp.arange(n_cells, dtype=jnp.int32)
+    starts_here = jnp.zeros(n_cells, jnp.int32).at[jnp.where(count > 0, offset, n_cells)].set(jnp.arange(n_queues, dtype=jnp.int32), mode="drop")
+    port = prefix_max(starts_here)  # (N,) one class queue a port: queue p is port p's
+    first = offset[port]  # (N,) the cell of its queue's first candidate
+    queued = go & (cell < jnp.sum(count))
+    position = jnp.minimum(head[port] + cell - first, n_positions - 1)  # (N,) in the service order
+    time_ps = order.time_ps[position]
+    packet = queues.QueuedPacket(*(column[position] for column in order.packet))
     ser_ps = jnp.where(queued, link_serialization_ps(params, packet.wire_bytes, port), 0)
 
     def before(values, base):
-        """(N,) each position's value at the position before it in its queue, ``base`` (P,)
-        of its port at the pass's first."""
+        """(N,) each cell's value at the cell before it in its queue, ``base`` (P,) of its
+        port at its queue's first."""
         shifted = jnp.concatenate([values[:1], values[:-1]])
-        return jnp.where(position == first, base[port], shifted)
+        return jnp.where(cell == first, base[port], shifted)
 
-    # C_i: the serialisations before position i in its queue's pass.
+    # C_i: the serialisations before cell i in its queue.
     total_ps = prefix_sum(ser_ps)
-    before_ps = total_ps - ser_ps - (total_ps - ser_ps)[jnp.minimum(first, n_positions - 1)]
+    before_ps = total_ps - ser_ps - (total_ps - ser_ps)[first]
     ready_ps = jnp.maximum(time_ps, window_start_ps)  # a queued data packet (ACKs too: one class)
-    latest_ps = _segment_max(queue, jnp.where(queued, ready_ps - before_ps - window_start_ps, NEVER_BEFORE)) + window_start_ps
+    latest_ps = _segment_max(port, jnp.where(queued, ready_ps - before_ps - window_start_ps, NEVER_BEFORE)) + window_start_ps
     free_ps = jnp.maximum(ports.port_free_ps, window_start_ps)
-    held_until_ps, next_pause_ps = pfc.held_until_ps(params, state.links, free_ps, slice(None))  # (P,) each
+    held_until_ps, next_pause_ps = _pauses_from(seen, free_ps)  # (P,) each
     start = before_ps + jnp.maximum(jnp.maximum(free_ps, held_until_ps)[port], latest_ps)
     # The queue just before each departure, it included: what arrived by its start, less
-    # what left before it (a search from its own position on, as ``runs.single_class``).
+    # what left before it. Every queued packet that arrived before the window has arrived
+    # by any start in it: a search of each queue (O(Q log) once) for where they end, then
+    # one of SEARCHED positions past it (as ``runs.single_class``).
+    before_window = queues.arrived_by(order, head, jnp.full(n_queues, window_start_ps - 1), end0)  # (Q,)
     queue_end = order.queue_end[port]
-    low = position + 1
+    low = jnp.maximum(position + 1, before_window[port])
     high = jnp.minimum(queue_end, low + SEARCHED)
     ends = _arrived_within(order.time_ps, low, high, start)
     known = (ends < low + SEARCHED) | (ends >= queue_end)
     queue_bytes = order.bytes_before[ends] - order.bytes_before[position]
-    certain = queued & is_switch & (start < window_end_ps) & (start < next_pause_ps[port]) & known
+    certain = queued & (start < window_end_ps) & (start < next_pause_ps[port]) & known
     # Starts only grow along a queue, but a search may not know: the departures stop at the first uncertain.
-    last_uncertain = prefix_max(jnp.where(queued & ~certain, position, -1))
+    last_uncertain = prefix_max(jnp.where(queued & ~certain, cell, -1))
     sends = certain & (last_uncertain < first)
-    dep = _departures(params, ports, order, packet, position, first, port, start, ser_ps, sends, before)
+    dep = _departures(params, ports, order, packet, position, cell, first, port, start, ser_ps, sends, before)
     n_sent = jax.ops.segment_sum(sends.astype(jnp.int32), port, n_ports)  # (P,) = (Q,)
-    last = jnp.minimum(head + n_sent - 1, n_positions - 1)  # each port's last departure, where it sent
+    last = jnp.minimum(offset + n_sent - 1, n_cells - 1)  # each port's last departure's cell, where it sent
     sent = n_sent > 0
-    tx_bytes = ports.port_tx_bytes[port] + order.bytes_before[position + 1] - order.bytes_before[first]
+    tx_bytes = ports.port_tx_bytes[port] + order.bytes_before[position + 1] - order.bytes_before[head[port]]
     watched, over = _watch(params, ports, dep, queue_bytes, port, before, last, sent)
 
     def after(column, values):  # (P,) a port field after its last departure
@@ -129,6 +169,19 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     cell_port = jnp.where(sends, port, n_ports)
     rows = Rows(dep, cell_port, packet, queue_bytes, tx_bytes, ports, over, n_sent, ends_after)
     return rows, jnp.where(sent, dep.start[last], arrived_ps)
+
+
+def _pauses_from(seen, free_ps):
+    """(P,) until when a PFC pause in effect at ``free_ps`` (P,), at or after the window
+    start, holds each port's data (``free_ps`` if none) and (P,) when its next pause takes
+    effect (``pfc.held_until_ps`` from ``free_ps``), from the pauses ``seen`` from the window
+    start (``pfc.seen_from``): the first pair whose next pause is after ``free_ps``; past
+    them all, a next pause at ``free_ps`` (the pass starts nothing there)."""
+    held_ps, next_ps = free_ps, free_ps
+    for held, next_pause in reversed(seen):
+        here = free_ps < next_pause
+        held_ps, next_ps = jnp.where(here, jnp.maximum(held, free_ps), held_ps), jnp.where(here, next_pause, next_ps)
+    return held_ps, next_ps
 
 
 def _segment_max(queue, values):
@@ -151,7 +204,7 @@ def _arrived_within(time_ps, low, high, at_ps):
     return low
 
 
-def _departures(params: Params, ports, order, packet, position, first, port, start, ser_ps, sends, before) -> Departures:
+def _departures(params: Params, ports, order, packet, position, cell, first, port, start, ser_ps, sends, before) -> Departures:
     """(N,) each: the ``Departures`` of the pass's cells, their link and rank fields in
     closed form along each queue (as ``runs.departures_behind``: a busy period begins at a
     packet that finds the port free, a train at one whose last bit leaves once the one
@@ -162,21 +215,21 @@ def _departures(params: Params, ports, order, packet, position, first, port, sta
     scheduled_ps = jnp.maximum(end_ps, arrival_before)
     fresh_link = end_ps >= arrival_before
     prior_ps = jnp.where(fresh_link, start, before(scheduled_ps, ports.port_last_scheduled_ps))
-    available_ps = order.time_ps[: position.shape[0]]
-    busy_rank = _latest(position, first, port, packet.rank, before(end_ps, ports.port_free_ps) <= available_ps, ports.port_busy_rank)
-    rank = _latest(position, first, port, busy_rank, fresh_link, ports.port_train_rank)
+    available_ps = order.time_ps[position]
+    busy_rank = _latest(cell, first, port, packet.rank, before(end_ps, ports.port_free_ps) <= available_ps, ports.port_busy_rank)
+    rank = _latest(cell, first, port, busy_rank, fresh_link, ports.port_train_rank)
     falses = jnp.zeros_like(sends)
     zeros = jnp.zeros_like(position)
     return Departures(
-        start, falses, zeros, sends, ~packet.is_ack, falses, falses, order.slot[: position.shape[0]], packet.wire_bytes, ser_ps,
+        start, falses, zeros, sends, ~packet.is_ack, falses, falses, order.slot[position], packet.wire_bytes, ser_ps,
         arrival_ps, scheduled_ps, prior_ps, busy_rank, rank,
     )  # fmt: skip
 
 
-def _latest(position, first, port, values, begins, base):
-    """(N,) at each position ``values`` at the latest position of its queue's pass up to it
-    where ``begins``, or ``base`` (P,) of its port where none has."""
-    latest = prefix_max(jnp.where(begins & (position >= first), position, -1))
+def _latest(cell, first, port, values, begins, base):
+    """(N,) at each cell ``values`` at the latest cell of its queue up to it where
+    ``begins``, or ``base`` (P,) of its port where none has."""
+    latest = prefix_max(jnp.where(begins, cell, -1))
     return jnp.where(latest >= first, values[jnp.maximum(latest, 0)], base[port])
 
 

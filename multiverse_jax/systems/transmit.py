@@ -45,7 +45,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import CC_HPCC, ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
 from multiverse_jax.components.packets import PacketState
-from multiverse_jax.ops import fifo_pass, marking, nic, pfc, pool, queues, runs
+from multiverse_jax.ops import fifo_pass, lockstep, marking, nic, pfc, pool, queues, runs
 from multiverse_jax.ops.runs import Departures
 from multiverse_jax.ops.lockstep import while_any
 from multiverse_jax.ops.packets import at_host, in_flight, serialization_ps
@@ -431,22 +431,41 @@ def window_start(params: Params, state: State, window_end_ps):
     used = jnp.zeros(params.static.n_hosts, jnp.int32)
     head, arrived = start, order.arrived_before
     if fifo_pass.applies(params.static):  # the switch ports' departures of the window, at once
-        state, head, arrived, before_window = drain(params, state, order, head, arrived, before_window, window_end_ps)
+        state, head, arrived, before_window = drain(params, state, order, head, arrived, before_window, window_end_ps, seen)
     front = round_front(params, state, head, used, window_end_ps, order, free, seen)
     serving = Serving(state, head, arrived, used, front, seen, before_window)
     return serving, order, free, upcoming
 
 
-def drain(params: Params, state: State, order, head, arrived, arrived_ps, window_end_ps):
+def drain(params: Params, state: State, order, head, arrived, arrived_ps, window_end_ps, seen):
     """The FIFO pass (``ops/fifo_pass.py``): every switch port's departures of the window
     that the rounds would start, on the wire at once, their counters and queue watch; the
     state, and the ``Serving`` pointers ``head``, ``arrived`` (Q,) and ``arrived_ps`` (P,)
-    after them."""
-    n_positions = params.static.n_slots
-    rows, arrived_ps = fifo_pass.drain(params, state, order, head, arrived, arrived_ps, window_end_ps, n_positions)
-    state = account_runs(params, state, runs.ran_of(rows))
-    state = state.replace(packets=leave_runs(params, state.packets, rows))
-    return state, head + rows.served, rows.ends, arrived_ps
+    after them. Its cells are the packets at the head of each switch port's queue that
+    might start in the window (``fifo_pass.candidates``), in the smallest of
+    ``fifo_pass.pass_sizes`` cell counts that holds them (``lockstep.switch_in_place``: the
+    pool written in place; under vmap the largest any experiment needs); every size gives
+    the same state."""
+    sizes = fifo_pass.pass_sizes(params.static.n_slots)
+
+    def in_cells(n_cells: int):
+        def drained(go, carry, consts):  # closes over no array: a custom_vmap function may not
+            state, head, arrived, arrived_ps = carry
+            params, order, window_end_ps, seen, count = consts
+            rows, arrived_ps = fifo_pass.drain(params, state, order, head, arrived, arrived_ps, window_end_ps, seen, count, n_cells, go)
+            state = account_runs(params, state, runs.ran_of(rows))
+            state = state.replace(packets=leave_runs(params, state.packets, rows))
+            return state, head + rows.served, rows.ends, arrived_ps
+
+        return drained
+
+    def size(carry, consts):
+        return fifo_pass.size_index(consts[-1], sizes)
+
+    count = fifo_pass.candidates(params, state, order, head, window_end_ps)  # (Q,)
+    branches = [lambda go, carry, consts: carry] + [in_cells(n) for n in sizes[1:]]  # none: the rounds serve every port
+    carry, consts = (state, head, arrived, arrived_ps), (params, order, window_end_ps, seen, count)
+    return lockstep.switch_in_place(size, branches, carry, consts)
 
 
 def transmit(params: Params, state: State, window_end_ps) -> State:
