@@ -19,7 +19,7 @@ from multiverse_jax.components.experiment import Params, State, experiment_param
 from multiverse_jax.components.static import RUN_PACKETS, RUN_PACKETS_SINGLE_CLASS, RUN_PORTS_SINGLE_CLASS, Static
 from multiverse_jax.components.flows import ADMIT_ENTRIES
 from multiverse_jax.components.links import PFC_ENTRIES_PER_WINDOW
-from multiverse_jax.conf.schema import STEPS_PER_CALL, AckClass, CcKind, HpccIntQueue, HpccPacing, HybridRestore, LivePrefix, LongRuns, SimMode, SwitchPipeline
+from multiverse_jax.conf.schema import STEPS_PER_CALL, AckClass, CcKind, HpccIntQueue, HpccPacing, HybridRestore, ByBackend, LivePrefix, SimMode, SwitchPipeline
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.ops import paths
@@ -120,7 +120,6 @@ def _static_of(experiments, slots_per_host: int, n_samples: int) -> Static:
         congestion_control=any(e.cc != CcKind.none for e in experiments),
         int_queue_with_packet=any(e.cc == CcKind.hpcc and e.hpcc.int_queue == HpccIntQueue.with_packet for e in experiments),
         run_packets=_run_packets(experiments),
-        fifo_pass=all(e.sim.fifo_pass for e in experiments),
         lockstep_experiments=max(e.sim.lockstep_experiments for e in experiments),
         rival_classes=any(e.packet.ack_class != AckClass.data for e in experiments) or _priorities(experiments) > 1,
     )
@@ -148,7 +147,8 @@ def _by_backend(static: Static, experiments) -> Static:
     outer, inner, per_host = default_prefix_columns(static.n_hosts, static.slots_per_host, on_cpu, layout)
     return dataclasses.replace(
         static, prefix_columns=outer, prefix_inner_columns=inner, prefix_per_host=per_host,
-        long_runs=_long_runs(experiments, on_cpu),
+        long_runs=_by_backend_choice([e.sim.long_runs for e in experiments], on_cpu),
+        fifo_pass=_by_backend_choice([e.sim.fifo_pass for e in experiments], on_cpu),
         run_packets=_run_packets(experiments, single_class=on_cpu and not static.rival_classes),
         run_ports=RUN_PORTS_SINGLE_CLASS if on_cpu and not static.rival_classes else 0,
     )  # fmt: skip
@@ -159,11 +159,11 @@ def _priorities(experiments) -> int:
     return 1 + max(int(e.flows.prio.max(initial=0)) for e in experiments)
 
 
-def _long_runs(experiments, on_cpu: bool) -> bool:
-    """``Static.long_runs``: on where an experiment asks ``sim.long_runs=always``, else off
-    where one asks ``never``, else (``auto``) off the CPU only."""
-    asked = {e.sim.long_runs for e in experiments}
-    return LongRuns.always in asked or (LongRuns.never not in asked and not on_cpu)
+def _by_backend_choice(asked, on_cpu: bool) -> bool:
+    """``Static.long_runs`` or ``fifo_pass`` from the experiments' ``sim.long_runs`` or
+    ``sim.fifo_pass`` (``asked``): on where one asks ``always``, else off where one asks
+    ``never``, else (``auto``) off the CPU only."""
+    return ByBackend.always in asked or (ByBackend.never not in asked and not on_cpu)
 
 
 def _run_packets(experiments, single_class: bool = False) -> int:

@@ -21,7 +21,7 @@ from multiverse_jax.components.static import RUN_PACKETS, RUN_PACKETS_SINGLE_CLA
 from multiverse_jax.conf.schema import CcKind, PacketConfig, SimConfig, SwitchConfig
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
-from multiverse_jax.ops import queues, runs
+from multiverse_jax.ops import fifo_pass, queues, runs
 from multiverse_jax.systems import transmit
 from multiverse_jax.topology import fattree
 from multiverse_jax.units import NEVER
@@ -47,6 +47,7 @@ EXPERIMENTS = [
 ]
 SHAPES = {"n_data_classes": 2, "int_hops": 5, "lockstep_experiments": 0}  # two priorities; HPCC telemetry over 5 switch hops; vmap: the whole batch at once
 RUNS = {**SHAPES, "run_packets": RUN_PACKETS}  # runs of packets (SMALL runs one a round)
+ONE_QUEUE, ONE_QUEUE_RUNS = ({**shapes, "n_data_classes": 1} for shapes in (SHAPES, RUNS))  # one priority: one class queue a port
 
 
 def outcome(result) -> dict:
@@ -119,6 +120,12 @@ def test_sim_run_packets_chooses_runs_unless_asked():
     always, never = (Experiment(FAT_TREE, flows, sim=SimConfig(long_runs=choice)) for choice in ("always", "never"))
     assert needed_static([control, always]).long_runs and not needed_static([control, never]).long_runs
     assert needed_static([always, never]).long_runs
+    # The FIFO pass likewise (sim.fifo_pass: the same choices).
+    assert needed_static([control]).fifo_pass == (jax.default_backend() != "cpu")
+    always, never = (Experiment(FAT_TREE, flows, sim=SimConfig(fifo_pass=choice)) for choice in ("always", "never"))
+    assert needed_static([control, always]).fifo_pass and not needed_static([control, never]).fifo_pass
+    with pytest.raises(InputError, match="sim.fifo_pass"):
+        SimConfig(fifo_pass="sometimes")
     with pytest.raises(InputError, match="sim.run_packets"):
         SimConfig(run_packets=-1)
 
@@ -215,6 +222,37 @@ def _count_single_class(monkeypatch) -> list:
     return rows_started
 
 
+def _count_fifo_pass(monkeypatch) -> list:
+    """A list that gets, each time the FIFO pass (``fifo_pass.drain``) runs in a program
+    traced from now on, the packets it started."""
+    started = []
+    original = fifo_pass.drain
+
+    def counted(*args, **kwargs):
+        rows, arrived_ps = original(*args, **kwargs)
+        jax.debug.callback(lambda n: started.append(int(n)), jnp.sum(rows.dep.sends))
+        return rows, arrived_ps
+
+    monkeypatch.setattr(fifo_pass, "drain", counted)
+    return started
+
+
+def test_fifo_pass_equals_one_packet_a_round(monkeypatch):
+    """The FIFO pass (``ops/fifo_pass.py``, ``Static.fifo_pass``): every switch port's
+    departures of a window at its start, in closed form over its queue, the rounds serving
+    the NICs and the ports it stops (a PFC pause, the window's end, arrivals past its
+    search). In ``map`` with one packet a port a round otherwise, the results are those of
+    the rounds alone, bit for bit (PFC pauses, ACK trains in the data FIFO, HPCC's
+    telemetry); and it starts most of the switch ports' packets."""
+    reference = [outcome(r) for r in run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, run_packets=1, **SHAPES)]
+    passed = _count_fifo_pass(monkeypatch)
+    results = run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, rival_classes=False, fifo_pass=True, **ONE_QUEUE)
+    assert_same([outcome(r) for r in results], reference)
+    assert all(r["pfc_pauses"] > 0 for r in reference)  # the pass meets pauses
+    hops = sum(int(r.summary["n_packet_hops"]) for r in results)
+    assert sum(passed) > hops / 4, (sum(passed), hops)  # of 4-6 hops a packet, 2 at NICs: most switch hops
+
+
 # Slow (a 20-24 s compile on 2 cores): long runs are an accelerator's default, and CI on a CPU
 # may skip them where ports have rival classes; ways 1 and 2 in lockstep stay in
 # test_one_class_queue_per_port_takes_the_closed_form_alone, way 3 (a CPU's) in the first tests.
@@ -254,9 +292,12 @@ def test_one_class_queue_per_port_takes_the_closed_form_alone(monkeypatch):
     )  # a CPU's choices for such a batch
     assert_same([outcome(r) for r in results], reference)
     assert sum(c for _, c in rows_started) > 0, "no run followed a NIC's new packet"
-    # An accelerator's form: long runs on too, in lockstep (the switch takes ways 1 and 2 only).
-    locked = run_small(BOTH_WAYS_EXPERIMENTS, batching="vmap", batch_size=4, rival_classes=False, long_runs=True, **RUNS)
+    # An accelerator's form: long runs and the FIFO pass on too, in lockstep (the switch takes
+    # ways 1 and 2 only; the pass, its largest size any experiment needs).
+    passed = _count_fifo_pass(monkeypatch)
+    locked = run_small(BOTH_WAYS_EXPERIMENTS, batching="vmap", batch_size=4, rival_classes=False, long_runs=True, fifo_pass=True, **ONE_QUEUE_RUNS)
     assert_same([outcome(r) for r in locked], reference)
+    assert sum(passed) > 0, "the FIFO pass never started a packet"
     data = needed_static(BOTH_WAYS_EXPERIMENTS)
     assert not data.rival_classes
     assert data.run_packets == (RUN_PACKETS_SINGLE_CLASS if jax.default_backend() == "cpu" else RUN_PACKETS)

@@ -151,7 +151,9 @@ class Batching(enum.StrEnum):
     map = "map"  # a loop over experiments inside the compiled program (CPUs)
 
 
-class LongRuns(enum.StrEnum):
+class ByBackend(enum.StrEnum):
+    """A step choice that cuts a window's kernels (sim.long_runs, sim.fifo_pass)."""
+
     auto = "auto"  # on an accelerator, off on a CPU
     always = "always"
     never = "never"
@@ -579,11 +581,13 @@ class SimConfig(Group):
     # (ops/runs.py; the largest of a batch): 0 chooses 8; 1 turns runs off. Same results, bit
     # for bit; only the speed differs (benchmarks/HISTORY.md, stop 36)
     run_packets: int = 0
-    # Without rival class queues (ACKs queued with data at one priority, htsim's configuration), every
-    # switch port's departures of a window computed in one pass at its start (ops/fifo_pass.py), the
-    # transmit rounds serving only the NICs and the ports a PFC pause stops; false: the rounds serve
-    # every port. One experiment of a batch asking false turns it off. Same results, bit for bit
-    fifo_pass: bool = True
+    # The FIFO pass (ops/fifo_pass.py): without rival class queues (ACKs queued with data at one
+    # priority, htsim's configuration), every switch port's departures of a window in one pass at its
+    # start, the transmit rounds serving the NICs and the ports a PFC pause stops (on the htsim sweep's
+    # point 3.4 rounds a busy window, not 6.5). auto: on an accelerator, off on a CPU (where the rounds
+    # it saves cost what it does, and programs compile ~25 % longer); always | never, as
+    # sim.long_runs. Same results, bit for bit
+    fifo_pass: ByBackend = ByBackend.auto
     # sim.batching=vmap: experiments stepped in lockstep at once, in lanes that each take the next
     # experiment when theirs stops (engine.lockstep_lanes; the largest of a batch): 0 chooses, the
     # whole batch on an accelerator, a cache's worth of packet pools on a CPU. Same results, bit for bit
@@ -593,7 +597,7 @@ class SimConfig(Group):
     # class queue, their runs in the same closed form. auto: on an accelerator, off on a CPU (where they
     # pay in vmap, not in map, and compile 12-25 % longer); always | never. One experiment of a
     # batch asking always turns them on for it, else one asking never off. Same results, bit for bit
-    long_runs: LongRuns = LongRuns.auto
+    long_runs: ByBackend = ByBackend.auto
     # The live prefix windows run on while the pool's packets fit in it (ops/pool.py): auto
     # (per_host on a CPU, columns on an accelerator, for pools of at least 16384 slots) |
     # per_host | columns | none. A batch runs its first experiment's choice other than auto.

@@ -66,9 +66,9 @@ def size_index(count, sizes: list[int]):
 
 def applies(static) -> bool:
     """The pass runs where a batch has it (``Static.fifo_pass``) and a port's packets are in
-    one class queue; not where a departure's telemetry looks ahead at the pool (HPCC's
+    one class queue (``Static.class_queues``: no rival classes, one priority); not where a departure's telemetry looks ahead at the pool (HPCC's
     ``hpcc.int_queue=with_packet``, which the rounds serve one packet a port a round)."""
-    return static.fifo_pass and not static.rival_classes and not static.int_queue_with_packet
+    return static.fifo_pass and static.class_queues == 1 and not static.int_queue_with_packet
 
 
 def candidates(params: Params, state: State, order: queues.ServiceOrder, head, window_end_ps):
