@@ -8,12 +8,13 @@ rounds would start there one a round is known at the window's start. Over the po
 queue in service order, from when the port falls free, start_i = max(ready_i, start_(i-1) +
 ser_(i-1)) (the max-plus recurrence, DESIGN.md "Time"): with C_i the serialisations before
 packet i, start_i = C_i + max(free, max over j <= i of ready_j - C_j) (a segmented cumsum
-and cummax over the service order, whose queues are contiguous). A data packet is ready at
+and cummax over cells that hold each queue's head packets, queue after queue). A data packet is ready at
 its arrival, not before the window start; the port's first free instant waits for a PFC
 pause in effect to end. The pass stops a port's departures at the first that does not start
 inside the window, that starts at or after the port's next PFC pause (after it the release
-is only bounded, ``pfc.release_bound``), or whose queue's arrivals by its start it cannot
-count within ``SEARCHED`` positions: the transmit rounds go on from there, exactly as they
+is only bounded, ``pfc.release_bound``), past its ``CANDIDATES``, or whose queue's arrivals by
+its start it cannot count within ``SEARCHED`` positions past those that arrived before the
+window: the transmit rounds go on from there, exactly as they
 would have. So a window's rounds serve the NICs (whose offers change as they create
 packets) and the ports the pass stopped, not the switch ports' queues one packet (or one
 run) a round.
@@ -21,8 +22,13 @@ run) a round.
 Every other field of a departure follows in closed form along its queue as in a run
 (``runs.departures_behind``, ``runs.watch``): the queue before it (arrived by its start,
 less what left before it), its link's arrival, schedule and ranks, the port's queue watch.
-The pass's cost is per position of the service order it covers (``n_positions``: the
-smallest of ``pass_sizes`` that holds every queued packet), not per round or per port.
+The pass's cost is per cell: the packets that might start in the window at a switch port
+(``candidates``: a bound from their bytes), in the smallest of ``pass_sizes`` cells that holds
+them, not per queued packet (the htsim sweep's point queues ~22,000 under PFC, of which
+~900 are candidates a window) or per round. ``Static.fifo_pass`` (``sim.fifo_pass``) turns
+it on: by default on an accelerator, where a round costs its kernels' latency; on a CPU the
+rounds it saves (6.5 -> 3.4 a busy window of that point) cost about what it does
+(``benchmarks/HISTORY.md``, stop 60).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import jax.numpy as jnp
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.ops import queues
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE, link_serialization_ps
-from multiverse_jax.ops.runs import WATCHED, Departures, Rows
+from multiverse_jax.ops.runs import WATCHED, Departures, Rows, arrived_within
 from multiverse_jax.ops.segments import prefix_max, prefix_sum
 from multiverse_jax.units import NEVER
 
@@ -44,10 +50,6 @@ SEARCHED = 64
 # Packets at the head of a queue the pass may start in one window (``candidates``): a port
 # that could start more (ACKs of 64 B at 100 Gb/s: ~195 a microsecond) goes on in the rounds.
 CANDIDATES = 256
-# Bits of a queue's instants relative to the window start in the packed keys of the
-# segmented cummax: serialisations queued at one port up to 2**45 ps (35 s).
-_TIME_BITS = 46
-NEVER_BEFORE = -(1 << (_TIME_BITS - 1))  # a value no instant of the window is below (the key's least)
 
 
 def pass_sizes(n_slots: int) -> list[int]:
@@ -130,7 +132,7 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     total_ps = prefix_sum(ser_ps)
     before_ps = total_ps - ser_ps - (total_ps - ser_ps)[first]
     ready_ps = jnp.maximum(time_ps, window_start_ps)  # a queued data packet (ACKs too: one class)
-    latest_ps = _segment_max(port, jnp.where(queued, ready_ps - before_ps - window_start_ps, NEVER_BEFORE)) + window_start_ps
+    latest_ps = _segment_max(port, ready_ps - before_ps - window_start_ps, queued, n_queues) + window_start_ps
     free_ps = jnp.maximum(ports.port_free_ps, window_start_ps)
     held_until_ps, next_pause_ps = _pauses_from(seen, free_ps)  # (P,) each
     start = before_ps + jnp.maximum(jnp.maximum(free_ps, held_until_ps)[port], latest_ps)
@@ -142,7 +144,7 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     queue_end = order.queue_end[port]
     low = jnp.maximum(position + 1, before_window[port])
     high = jnp.minimum(queue_end, low + SEARCHED)
-    ends = _arrived_within(order.time_ps, low, high, start)
+    ends = arrived_within(order.time_ps, low, high, start, SEARCHED)
     known = (ends < low + SEARCHED) | (ends >= queue_end)
     queue_bytes = order.bytes_before[ends] - order.bytes_before[position]
     certain = queued & (start < window_end_ps) & (start < next_pause_ps[port]) & known
@@ -184,24 +186,17 @@ def _pauses_from(seen, free_ps):
     return held_ps, next_ps
 
 
-def _segment_max(queue, values):
-    """(N,) the largest of ``values`` (N,) int64 from its queue's first position to each (the
-    positions of a queue, ``queue`` (N,) int32, contiguous and ascending): one cummax of a
-    key packing the queue above the value, which must lie within +-2**(_TIME_BITS - 1)."""
-    half = 1 << (_TIME_BITS - 1)
-    packed = (queue.astype(jnp.int64) << _TIME_BITS) | jnp.clip(values + half, 0, 2 * half - 1)
-    return (prefix_max(packed) & ((1 << _TIME_BITS) - 1)) - half
-
-
-def _arrived_within(time_ps, low, high, at_ps):
-    """One past the last position in [low, high) whose time is at most ``at_ps`` (arrays
-    alike; times sorted there): a binary search of fixed depth, enough for ``SEARCHED``."""
-    for _ in range(SEARCHED.bit_length()):
-        middle = (low + high) // 2
-        searching = low < high
-        arrived = time_ps[jnp.minimum(middle, time_ps.shape[0] - 1)] <= at_ps
-        low, high = jnp.where(searching & arrived, middle + 1, low), jnp.where(searching & ~arrived, middle, high)
-    return low
+def _segment_max(queue, values, counted, n_queues: int):
+    """(N,) the largest of ``values`` (N,) int64 where ``counted`` from its queue's first cell
+    to each (the cells of a queue, ``queue`` (N,) int32 below ``n_queues``, contiguous and
+    ascending): one cummax of a key packing the queue above the value. The value keeps
+    62 - log2(Q) bits, signed (+-2**51 ps, 37 minutes, at 768 queues): an instant of the
+    window less the serialisations queued ahead of it at one port."""
+    value_bits = 62 - int(n_queues).bit_length()
+    half = 1 << (value_bits - 1)
+    value = jnp.where(counted, jnp.clip(values + half, 0, 2 * half - 1), 0)  # not counted: the least
+    packed = (queue.astype(jnp.int64) << value_bits) | value
+    return (prefix_max(packed) & ((1 << value_bits) - 1)) - half
 
 
 def _departures(params: Params, ports, order, packet, position, cell, first, port, start, ser_ps, sends, before) -> Departures:

@@ -410,7 +410,7 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
 # the end of a window took 4-12 rounds of 8 packets on the htsim sweep's point).
 LONG_PORTS = 8
 # Positions past a packet of such a run a search reads for what has arrived by its start
-# (a fixed-depth binary search, ``_arrived_within``); where every one of them has, the run stops.
+# (a fixed-depth binary search, ``arrived_within``); where every one of them has, the run stops.
 SEARCHED = 64
 
 
@@ -488,7 +488,7 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
     else:
         # Arrived by each start: its own packet and those before it, those arrived by the first's start, and a search past them.
         low = jnp.maximum(end0[queue], position + 1)
-        ends = _arrived_within(order.time_ps, low, jnp.minimum(order.queue_end[queue], low + SEARCHED), start)
+        ends = arrived_within(order.time_ps, low, jnp.minimum(order.queue_end[queue], low + SEARCHED), start)
         known = (ends < low + SEARCHED) | (ends >= order.queue_end[queue])
     # The port's other class queues: nothing arrives there before a certain row's start
     # (their next arrival is a rival, ``chosen_ok``), so their packets arrived by then are
@@ -500,10 +500,11 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
     return nxt, queue_bytes, ends_k.reshape(n_rows, -1), known
 
 
-def _arrived_within(time_ps, low, high, at_ps):
+def arrived_within(time_ps, low, high, at_ps, searched: int = SEARCHED):
     """One past the last position in [low, high) whose time is at most ``at_ps`` (arrays
-    alike; times sorted there): a binary search of fixed depth, enough for ``SEARCHED``."""
-    for _ in range(SEARCHED.bit_length()):
+    alike; times sorted there): a binary search of fixed depth, enough for ``searched``
+    positions (``high - low`` at most that)."""
+    for _ in range(searched.bit_length()):
         middle = (low + high) // 2
         searching = low < high
         arrived = time_ps[jnp.minimum(middle, time_ps.shape[0] - 1)] <= at_ps
