@@ -240,14 +240,14 @@ def pytest_unconfigure(config):
 # ``--no-loadscope-reorder`` in pyproject.toml), so starting with the longest leaves short
 # ones to fill the end, and the two workers finish closer together.
 MODULE_SECONDS = {
-    "test_hybrid.py": 157, "test_cli.py": 84, "test_sweep.py": 82, "test_runs.py": 75, "test_cc.py": 68,
+    "test_hybrid.py": 157, "test_cli.py": 84, "test_sweep.py": 82, "test_runs.py": 95, "test_cc.py": 68,
     "test_pool.py": 64, "test_engine.py": 61, "test_link_events.py": 50, "test_hpcc_htsim.py": 45,
     "test_restorer_dataset.py": 40, "test_timeseries.py": 40, "test_queues.py": 39, "test_ray_backend.py": 39,
     "test_restorer_model.py": 34, "test_flow_mode.py": 33, "test_sharding.py": 33, "test_golden.py": 31,
     "test_search.py": 31, "test_failures.py": 30, "test_experiments.py": 29, "test_workload_files.py": 26,
     "test_pfc_exact.py": 25, "test_importers.py": 21, "test_invariants.py": 20, "test_vs_htsim.py": 15,
     "test_overflow.py": 15, "test_collective_times.py": 14, "test_cc_config.py": 9, "test_lockstep.py": 8,
-    "test_ack_class.py": 7, "test_compile_cache.py": 6, "test_prefix_scans.py": 2,
+    "test_ack_class.py": 7, "test_compile_cache.py": 6, "test_fifo_pass.py": 5, "test_prefix_scans.py": 2,
 }  # fmt: skip
 
 
