@@ -584,8 +584,8 @@ class SimConfig(Group):
     # The FIFO pass (ops/fifo_pass.py): without rival class queues (ACKs queued with data at one
     # priority, htsim's configuration), every switch port's departures of a window in one pass at its
     # start, the transmit rounds serving the NICs and the ports a PFC pause stops (on the htsim sweep's
-    # point 3.4 rounds a busy window, not 6.5). auto: on an accelerator, off on a CPU (where the rounds
-    # it saves cost what it does, and programs compile ~25 % longer); always | never, as
+    # point 3.4 rounds a busy window, not 6.5, a third fewer kernels). auto: on an accelerator, off on
+    # a CPU (where the htsim sweep ran no faster with it, and programs compile 16-27 % longer); always | never, as
     # sim.long_runs. Same results, bit for bit
     fifo_pass: ByBackend = ByBackend.auto
     # sim.batching=vmap: experiments stepped in lockstep at once, in lanes that each take the next
