@@ -237,6 +237,10 @@ def _count_fifo_pass(monkeypatch) -> list:
     return started
 
 
+# Slow (a ~15 s compile on 2 cores): the pass is an accelerator's default, which runs it in
+# lockstep (test_one_class_queue_per_port_takes_the_closed_form_alone, by default); the pass
+# alone against a plain FIFO is test_fifo_pass's, and its size switch in map is forward's mechanism.
+@pytest.mark.slow
 def test_fifo_pass_equals_one_packet_a_round(monkeypatch):
     """The FIFO pass (``ops/fifo_pass.py``, ``Static.fifo_pass``): every switch port's
     departures of a window at its start, in closed form over its queue, the rounds serving

@@ -16,7 +16,11 @@ no port can start another packet inside the window. Each round ends by working o
 every port would start in the next (its ``Front``: the offers, each port's chosen candidate and start
 times), so the window stops after its last round that sends, not after a round that finds
 nothing to send (on the htsim sweep's point 1-11 rounds a window sent, 3-5 on average in
-its busy stretches; each window ran one more before).
+its busy stretches; each window ran one more before). With ``Static.fifo_pass`` (where every
+port has one class queue: an accelerator's default), the window starts with the FIFO pass
+(``drain``, ``ops/fifo_pass.py``): every switch port's departures of the window at once, so
+the rounds serve the NICs and the ports it stopped at a PFC pause (3.4 rounds a busy window
+of that point, not 6.5).
 
 Nothing joins a queue during the window (arrivals were queued by ``forward``), so the
 window starts by sorting the pool once into every class queue's service order
