@@ -37,9 +37,9 @@ import jax
 import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import Params, State
-from multiverse_jax.ops import queues
+from multiverse_jax.ops import pfc, queues
 from multiverse_jax.ops.packets import PS_BITS_PER_BYTE, link_serialization_ps
-from multiverse_jax.ops.runs import WATCHED, Departures, Rows, arrived_within
+from multiverse_jax.ops.runs import WATCHED, Departures, Rows, arrived_within, link_fields, watch_samples
 from multiverse_jax.ops.segments import prefix_max, prefix_sum
 from multiverse_jax.units import NEVER
 
@@ -78,20 +78,18 @@ def candidates(params: Params, state: State, order: queues.ServiceOrder, head, w
     ``head`` (Q,)) that might start inside the window, up to ``CANDIDATES``: those whose
     serialisations before them fit between the port's free instant and the window's end (a
     bound from their bytes: a packet's serialisation is at least its bytes times the link's
-    whole ps per byte). A binary search per queue over the service order's bytes; 0 at NIC
-    ports."""
+    whole ps per byte). A binary search per queue over the service order's bytes
+    (``runs.arrived_within``); 0 at NIC ports."""
     static = params.static
     n_queues, n_positions = static.n_queues, order.slot.shape[0]
     free_ps = jnp.maximum(state.ports.port_free_ps, window_end_ps - params.window_ps)  # (P,) = (Q,)
     ps_per_byte = PS_BITS_PER_BYTE // params.links.link_rate_bps  # (P,) whole ps per byte (0 past 8 Tb/s: all candidates)
     room_ps = window_end_ps - free_ps
-    base = order.bytes_before[jnp.minimum(head, n_positions)]
-    low, high = head, jnp.minimum(jnp.maximum(order.queue_end, head), head + CANDIDATES)
-    for _ in range(CANDIDATES.bit_length()):  # one past the last position whose bytes before it fit
-        middle = (low + high) // 2
-        fits = (order.bytes_before[jnp.minimum(middle, n_positions)] - base) * ps_per_byte < room_ps
-        searching = low < high
-        low, high = jnp.where(searching & fits, middle + 1, low), jnp.where(searching & ~fits, middle, high)
+    # bytes * ps_per_byte < room  <=>  bytes <= (room - 1) // ps_per_byte (none where room <= 0)
+    room_bytes = jnp.where(ps_per_byte > 0, (room_ps - 1) // jnp.maximum(ps_per_byte, 1), jnp.iinfo(jnp.int64).max // 2)
+    fit_bytes = order.bytes_before[jnp.minimum(head, n_positions)] + room_bytes  # bytes before a position that fits
+    high = jnp.minimum(jnp.maximum(order.queue_end, head), head + CANDIDATES)
+    low = arrived_within(order.bytes_before, head, high, fit_bytes, CANDIDATES)  # one past the last that fits
     return jnp.where(params.ports.port_host < 0, low - head, 0).astype(jnp.int32)[:n_queues]
 
 
@@ -134,7 +132,7 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     ready_ps = jnp.maximum(time_ps, window_start_ps)  # a queued data packet (ACKs too: one class)
     latest_ps = _segment_max(port, ready_ps - before_ps - window_start_ps, queued, n_queues) + window_start_ps
     free_ps = jnp.maximum(ports.port_free_ps, window_start_ps)
-    held_until_ps, next_pause_ps = _pauses_from(seen, free_ps)  # (P,) each
+    held_until_ps, next_pause_ps = pfc.seen_at(seen, free_ps)  # (P,) each
     start = before_ps + jnp.maximum(jnp.maximum(free_ps, held_until_ps)[port], latest_ps)
     # The queue just before each departure, it included: what arrived by its start, less
     # what left before it. Every queued packet that arrived before the window has arrived
@@ -173,19 +171,6 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     return rows, jnp.where(sent, dep.start[last], arrived_ps)
 
 
-def _pauses_from(seen, free_ps):
-    """(P,) until when a PFC pause in effect at ``free_ps`` (P,), at or after the window
-    start, holds each port's data (``free_ps`` if none) and (P,) when its next pause takes
-    effect (``pfc.held_until_ps`` from ``free_ps``), from the pauses ``seen`` from the window
-    start (``pfc.seen_from``): the first pair whose next pause is after ``free_ps``; past
-    them all, a next pause at ``free_ps`` (the pass starts nothing there)."""
-    held_ps, next_ps = free_ps, free_ps
-    for held, next_pause in reversed(seen):
-        here = free_ps < next_pause
-        held_ps, next_ps = jnp.where(here, jnp.maximum(held, free_ps), held_ps), jnp.where(here, next_pause, next_ps)
-    return held_ps, next_ps
-
-
 def _segment_max(queue, values, counted, n_queues: int):
     """(N,) the largest of ``values`` (N,) int64 where ``counted`` from its queue's first cell
     to each (the cells of a queue, ``queue`` (N,) int32 below ``n_queues``, contiguous and
@@ -201,18 +186,12 @@ def _segment_max(queue, values, counted, n_queues: int):
 
 def _departures(params: Params, ports, order, packet, position, cell, first, port, start, ser_ps, sends, before) -> Departures:
     """(N,) each: the ``Departures`` of the pass's cells, their link and rank fields in
-    closed form along each queue (as ``runs.departures_behind``: a busy period begins at a
-    packet that finds the port free, a train at one whose last bit leaves once the one
-    before has arrived, and a departure takes the latest one's rank)."""
-    end_ps = start + ser_ps
-    arrival_ps = end_ps + params.links.link_delay_ps[port]
-    arrival_before = before(arrival_ps, ports.port_last_arrival_ps)
-    scheduled_ps = jnp.maximum(end_ps, arrival_before)
-    fresh_link = end_ps >= arrival_before
-    prior_ps = jnp.where(fresh_link, start, before(scheduled_ps, ports.port_last_scheduled_ps))
-    available_ps = order.time_ps[position]
-    busy_rank = _latest(cell, first, port, packet.rank, before(end_ps, ports.port_free_ps) <= available_ps, ports.port_busy_rank)
-    rank = _latest(cell, first, port, busy_rank, fresh_link, ports.port_train_rank)
+    closed form along each queue (``runs.link_fields``, as ``runs.departures_behind``)."""
+    arrival_ps, scheduled_ps, prior_ps, busy_rank, rank = link_fields(
+        params, start, ser_ps, port, before(start + ser_ps, ports.port_free_ps), order.time_ps[position], packet.rank, before,
+        lambda values, begins, base: _latest(cell, first, port, values, begins, base),
+        (ports.port_last_arrival_ps, ports.port_last_scheduled_ps, ports.port_busy_rank, ports.port_train_rank),
+    )  # fmt: skip
     falses = jnp.zeros_like(sends)
     zeros = jnp.zeros_like(position)
     return Departures(
@@ -229,22 +208,20 @@ def _latest(cell, first, port, values, begins, base):
 
 
 def _watch(params: Params, ports, dep: Departures, queue_bytes, port, before, last, sent):
-    """``runs.watch`` along each queue's departures (``dep.sends``, a prefix of its
-    positions): the ``WATCHED`` port fields after them, and whether a queue rose above its
-    buffer."""
+    """``runs.watch`` along each queue's departures (``dep.sends``, a prefix of its cells;
+    ``runs.watch_samples``, summed per port): the ``WATCHED`` port fields after them, and
+    whether a queue rose above its buffer."""
     n_ports = params.static.n_ports
     max_queue_bytes, overflow_events, over_buffer_ps, over_since_ps = (getattr(ports, name) for name in WATCHED)
     buffer_bytes = params.ports.port_buffer_bytes[port]
-    sampled, at_ps = dep.sends, dep.start
-    since_after_ps = jnp.where(queue_bytes - dep.wire_bytes > buffer_bytes, at_ps, NEVER)
-    since_before_ps = before(since_after_ps, over_since_ps)
-    was_over = since_before_ps != NEVER
-    over = sampled & (queue_bytes > buffer_bytes)
-    at = jnp.where(sampled, port, n_ports)  # what no departure samples adds nowhere
+    since_after_ps, over, new_event, over_ps = watch_samples(
+        buffer_bytes, dep.sends, dep.start, queue_bytes, dep.wire_bytes, lambda values: before(values, over_since_ps)
+    )  # fmt: skip
+    at = jnp.where(dep.sends, port, n_ports)  # what no departure samples adds nowhere
     watched = (
         jnp.maximum(max_queue_bytes, jax.ops.segment_max(queue_bytes, at, n_ports)),
-        overflow_events + jax.ops.segment_sum((over & ~was_over).astype(overflow_events.dtype), at, n_ports),
-        over_buffer_ps + jax.ops.segment_sum(jnp.where(was_over, at_ps - since_before_ps, 0), at, n_ports),
+        overflow_events + jax.ops.segment_sum(new_event.astype(overflow_events.dtype), at, n_ports),
+        over_buffer_ps + jax.ops.segment_sum(over_ps, at, n_ports),
         jnp.where(sent, since_after_ps[last], over_since_ps),
     )
     return dict(zip(WATCHED, watched)), jnp.any(over)

@@ -44,16 +44,25 @@ def release_seen(params: Params, links, seen, earliest_ps):
     ports' pauses were ``seen`` to be from there (``seen_from``). Exact by ``release_bound``
     before a port's pauses seen run out; the history is searched only when some port's
     earliest is at or after the last of them (a round past a second pause beginning)."""
-    bound, exact = release_bound(*seen[-1], earliest_ps)
-    for held, next_pause in reversed(seen[:-1]):  # the first pair whose next pause is after the instant
-        bound_here, exact_here = release_bound(held, next_pause, earliest_ps)
-        bound, exact = jnp.where(exact_here, bound_here, bound), exact_here | exact
+    bound, exact = release_bound(*seen_at(seen, earliest_ps), earliest_ps)
 
     def searched(consts, bound):
         params, links, earliest_ps, exact = consts
         return jnp.where(exact, bound, held_until_ps(params, links, earliest_ps, slice(None))[0])
 
     return when_any(~jnp.all(exact), searched, bound, (params, links, earliest_ps, exact))
+
+
+def seen_at(seen, at_ps):
+    """``held_until_ps`` from ``at_ps`` (P,), at or after the window start, out of the pauses
+    ``seen`` from there (``seen_from``): the first pair whose next pause is after ``at_ps``
+    (its hold, at least ``at_ps``); past them all, a next pause at ``at_ps`` itself, so that
+    ``release_bound`` knows nothing exactly from there on."""
+    held_ps, next_ps = at_ps, at_ps
+    for held, next_pause in reversed(seen):
+        here = at_ps < next_pause
+        held_ps, next_ps = jnp.where(here, jnp.maximum(held, at_ps), held_ps), jnp.where(here, next_pause, next_ps)
+    return held_ps, next_ps
 
 
 def held_until_ps(params: Params, links, from_ps, ports):

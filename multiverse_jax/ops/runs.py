@@ -115,17 +115,31 @@ def watch(watched, buffer_bytes, sampled, at_ps, queue_bytes, leaving_bytes):
     closed form, not row after row: before each sample the queue is above its buffer
     since (``port_over_since_ps``) as the sample before left it."""
     max_queue_bytes, overflow_events, over_buffer_ps, over_since_ps = watched
-    since_after_ps = jnp.where(queue_bytes - leaving_bytes > buffer_bytes, at_ps, NEVER)  # each sample's own
-    since_before_ps = jnp.concatenate([over_since_ps[None], since_after_ps[:-1]])
-    was_over = since_before_ps != NEVER
-    over = sampled & (queue_bytes > buffer_bytes)
+
+    def before(since_after_ps):  # the row before's, the port's at the first
+        return jnp.concatenate([over_since_ps[None], since_after_ps[:-1]])
+
+    since_after_ps, over, new_event, over_ps = watch_samples(buffer_bytes, sampled, at_ps, queue_bytes, leaving_bytes, before)
     n_sampled = jnp.sum(sampled, axis=0)
     return (
         jnp.maximum(max_queue_bytes, jnp.max(jnp.where(sampled, queue_bytes, max_queue_bytes), axis=0)),
-        overflow_events + jnp.sum(over & ~was_over, axis=0, dtype=jnp.int32),
-        over_buffer_ps + jnp.sum(jnp.where(sampled & was_over, at_ps - since_before_ps, 0), axis=0),
+        overflow_events + jnp.sum(new_event, axis=0, dtype=jnp.int32),
+        over_buffer_ps + jnp.sum(over_ps, axis=0),
         jnp.take_along_axis(jnp.concatenate([over_since_ps[None], since_after_ps]), n_sampled[None], axis=0)[0],
     ), over
+
+
+def watch_samples(buffer_bytes, sampled, at_ps, queue_bytes, leaving_bytes, before):
+    """The queue watch at each sample, element by element (any layout; ``before(values)``:
+    each sample's value at the sample before it at its port, the port's
+    ``port_over_since_ps`` at its first): the instant the queue is above its buffer since
+    after it (NEVER: within it), whether it is above at the sample, whether that begins an
+    overflow event, and the time above the buffer it closes (0 where not ``sampled``)."""
+    since_after_ps = jnp.where(queue_bytes - leaving_bytes > buffer_bytes, at_ps, NEVER)  # each sample's own
+    since_before_ps = before(since_after_ps)
+    was_over = since_before_ps != NEVER
+    over = sampled & (queue_bytes > buffer_bytes)
+    return since_after_ps, over, over & ~was_over, jnp.where(sampled & was_over, at_ps - since_before_ps, 0)
 
 
 class Behind(NamedTuple):
@@ -230,18 +244,17 @@ def queues_behind(order, head, end0, nxt: Behind, first_wire_bytes, who, n_class
 
 def departures_behind(params: Params, first: Departures, nxt: Behind, sends, who) -> Departures:
     """(R, K) each: the ``Departures`` of the packets ``nxt`` behind ``first`` ((K,) each)
-    at the ports ``who``, those ``sends`` started. Each row's link and rank fields follow
-    from the row before (as ``systems.transmit.depart``), in closed form along the run: a
-    busy period begins at a packet that finds the port free, a train at one whose last
-    bit leaves once the one before has arrived, and a row takes the latest one's rank."""
-    end_ps = nxt.start + nxt.ser_ps  # its last bit leaves
-    arrival_ps = end_ps + params.links.link_delay_ps[who]
-    arrival_before = jnp.concatenate([first.arrival_ps[None], arrival_ps[:-1]])
-    scheduled_ps = jnp.maximum(end_ps, arrival_before)
-    fresh_link = end_ps >= arrival_before
-    prior_ps = jnp.where(fresh_link, nxt.start, jnp.concatenate([first.scheduled_ps[None], scheduled_ps[:-1]]))
-    busy_rank = _latest(first.busy_rank, nxt.packet.rank, nxt.free_ps <= nxt.available_ps)
-    rank = _latest(first.rank, busy_rank, fresh_link)
+    at the ports ``who``, those ``sends`` started: each row's link and rank fields in closed
+    form along the run (``link_fields``), from the first departure's at row 0."""
+
+    def before(values, base):  # the row before's, the first departure's at row 0
+        return jnp.concatenate([base[None], values[:-1]])
+
+    arrival_ps, scheduled_ps, prior_ps, busy_rank, rank = link_fields(
+        params, nxt.start, nxt.ser_ps, who, nxt.free_ps, nxt.available_ps, nxt.packet.rank, before,
+        _latest,
+        (first.arrival_ps, first.scheduled_ps, first.busy_rank, first.rank),
+    )  # fmt: skip
     zeros = jnp.zeros_like(sends)
     return Departures(
         nxt.start, nxt.queue_class == 0, jnp.maximum(nxt.queue_class - 1, 0), sends, ~nxt.packet.is_ack, zeros, zeros, nxt.slot, nxt.packet.wire_bytes, nxt.ser_ps, arrival_ps,
@@ -249,7 +262,27 @@ def departures_behind(params: Params, first: Departures, nxt: Behind, sends, who
     )  # fmt: skip
 
 
-def _latest(base, values, begins):
+def link_fields(params: Params, start, ser_ps, link, free_before_ps, available_ps, packet_rank, before, latest, base):
+    """A port's departures one after another (any layout; ``systems.transmit.depart`` for
+    one): when each arrives at the far end, is scheduled (a link delivers in order: when its
+    last bit leaves, or when the one before arrives), what scheduled it (``prior_ps``), its
+    busy period's rank (one begins at a packet that finds the port free: ``free_before_ps``
+    <= ``available_ps``; a NIC's packet: its flow) and its train's (one begins at a packet
+    whose last bit leaves once the one before has arrived). ``before(values, base)``: each
+    departure's value at the one before it, ``base`` at the first; ``latest(values, begins,
+    base)``: ``values`` at the latest departure up to each where ``begins``, ``base`` where
+    none has; ``base``: the (arrival, scheduled, busy rank, train rank) before the first."""
+    end_ps = start + ser_ps  # its last bit leaves
+    arrival_ps = end_ps + params.links.link_delay_ps[link]
+    arrival_before = before(arrival_ps, base[0])
+    scheduled_ps = jnp.maximum(end_ps, arrival_before)
+    fresh_link = end_ps >= arrival_before
+    prior_ps = jnp.where(fresh_link, start, before(scheduled_ps, base[1]))
+    busy_rank = latest(packet_rank, free_before_ps <= available_ps, base[2])
+    return arrival_ps, scheduled_ps, prior_ps, busy_rank, latest(busy_rank, fresh_link, base[3])
+
+
+def _latest(values, begins, base):
     """(R, K): at each row, ``values`` at the latest row up to it where ``begins`` (R, K),
     or ``base`` (K,) where none has."""
     row = jnp.arange(1, values.shape[0] + 1, dtype=jnp.int32)[:, None]
@@ -502,7 +535,8 @@ def single_class(params: Params, order, head, end0, first, first_end_ps, chosen,
 
 def arrived_within(time_ps, low, high, at_ps, searched: int = SEARCHED):
     """One past the last position in [low, high) whose time is at most ``at_ps`` (arrays
-    alike; times sorted there): a binary search of fixed depth, enough for ``searched``
+    alike; times sorted there, or any key that never decreases: the FIFO pass searches the
+    service order's bytes): a binary search of fixed depth, enough for ``searched``
     positions (``high - low`` at most that)."""
     for _ in range(searched.bit_length()):
         middle = (low + high) // 2
