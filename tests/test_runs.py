@@ -237,6 +237,23 @@ def _count_fifo_pass(monkeypatch) -> list:
     return started
 
 
+def _count_nic_rounds(monkeypatch) -> list:
+    """A list that gets, each time a window's last rounds run on the NICs' ports alone
+    (``transmit.nic_rounds``, with the FIFO pass) in a program traced from now on, the
+    packets they started."""
+    started = []
+    original = transmit.nic_rounds
+
+    def counted(params, serving, *args):
+        after = original(params, serving, *args)
+        sent = after.state.n_packet_hops - serving.state.n_packet_hops
+        jax.debug.callback(lambda n: started.append(int(n)), sent)
+        return after
+
+    monkeypatch.setattr(transmit, "nic_rounds", counted)
+    return started
+
+
 # Slow (a ~15 s compile on 2 cores): the pass is an accelerator's default, which runs it in
 # lockstep (test_one_class_queue_per_port_takes_the_closed_form_alone, by default); the pass
 # alone against a plain FIFO is test_fifo_pass's, and its size switch in map is forward's mechanism.
@@ -249,12 +266,13 @@ def test_fifo_pass_equals_one_packet_a_round(monkeypatch):
     the rounds alone, bit for bit (PFC pauses, ACK trains in the data FIFO, HPCC's
     telemetry); and it starts most of the switch ports' packets."""
     reference = [outcome(r) for r in run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, run_packets=1, **SHAPES)]
-    passed = _count_fifo_pass(monkeypatch)
+    passed, on_nics = _count_fifo_pass(monkeypatch), _count_nic_rounds(monkeypatch)
     results = run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, rival_classes=False, fifo_pass=True, **ONE_QUEUE)
     assert_same([outcome(r) for r in results], reference)
     assert all(r["pfc_pauses"] > 0 for r in reference)  # the pass meets pauses
     hops = sum(int(r.summary["n_packet_hops"]) for r in results)
     assert sum(passed) > hops / 4, (sum(passed), hops)  # of 4-6 hops a packet, 2 at NICs: most switch hops
+    assert sum(on_nics) > hops / 8, (sum(on_nics), hops)  # the NICs' rounds: most NIC hops
 
 
 # Slow (a 20-24 s compile on 2 cores): long runs are an accelerator's default, and CI on a CPU
@@ -298,10 +316,11 @@ def test_one_class_queue_per_port_takes_the_closed_form_alone(monkeypatch):
     assert sum(c for _, c in rows_started) > 0, "no run followed a NIC's new packet"
     # An accelerator's form: long runs and the FIFO pass on too, in lockstep (the switch takes
     # ways 1 and 2 only; the pass, its largest size any experiment needs).
-    passed = _count_fifo_pass(monkeypatch)
+    passed, on_nics = _count_fifo_pass(monkeypatch), _count_nic_rounds(monkeypatch)
     locked = run_small(BOTH_WAYS_EXPERIMENTS, batching="vmap", batch_size=4, rival_classes=False, long_runs=True, fifo_pass=True, **ONE_QUEUE_RUNS)
     assert_same([outcome(r) for r in locked], reference)
     assert sum(passed) > 0, "the FIFO pass never started a packet"
+    assert sum(on_nics) > 0, "no round ran on the NICs' ports alone"
     data = needed_static(BOTH_WAYS_EXPERIMENTS)
     assert not data.rival_classes
     assert data.run_packets == (RUN_PACKETS_SINGLE_CLASS if jax.default_backend() == "cpu" else RUN_PACKETS)

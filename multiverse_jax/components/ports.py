@@ -22,6 +22,8 @@ class PortParams:
     port_buffer_bytes: chex.Array  # (P,) int64 egress buffer; a queue past it is counted (or an error), never dropped
     port_host: chex.Array  # (P,) int32 host whose NIC this port is, or -1 for a switch port
     port_node: chex.Array  # (P,) int32 node (host or switch) the port belongs to, -1 for padding
+    port_id: chex.Array  # (P,) int32 the port's own index, what the pool's ``pkt_port`` holds (a view of some of the
+    #   ports, ``ops/port_view.py``, keeps each one's)
 
 
 @struct.dataclass
@@ -59,6 +61,7 @@ def port_params(exp: Experiment, s: Static) -> PortParams:
         port_buffer_bytes=pad(buffer_bytes, (s.n_ports,), UNLIMITED_BYTES),
         port_host=pad(port_host, (s.n_ports,), -1),
         port_node=pad(topo.link_src.astype(np.int32), (s.n_ports,), -1),
+        port_id=np.arange(s.n_ports, dtype=np.int32),
     )
 
 

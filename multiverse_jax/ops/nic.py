@@ -222,7 +222,7 @@ def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, seriali
         pkt_flow=put(pkts.pkt_flow, offer_.flow),
         pkt_seq=put(pkts.pkt_seq, seq),
         pkt_bytes=put(pkts.pkt_bytes, offer_.wire_bytes),
-        pkt_port=put(pkts.pkt_port, params.nics.nic_port),
+        pkt_port=put(pkts.pkt_port, params.ports.port_id[params.nics.nic_port]),
         pkt_ingress=put(pkts.pkt_ingress, -1),
         pkt_hop=put(pkts.pkt_hop, 0),
         pkt_path_salt=put(pkts.pkt_path_salt, path_salt),

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import CC_HPCC, ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
 from multiverse_jax.components.packets import PacketState
-from multiverse_jax.ops import fifo_pass, lockstep, marking, nic, pfc, pool, queues, runs
+from multiverse_jax.ops import fifo_pass, lockstep, marking, nic, pfc, pool, port_view, queues, runs
 from multiverse_jax.ops.runs import Departures
 from multiverse_jax.ops.lockstep import while_any
 from multiverse_jax.ops.packets import at_host, in_flight, serialization_ps
@@ -472,18 +472,90 @@ def drain(params: Params, state: State, order, head, arrived, arrived_ps, window
     return lockstep.switch_in_place(size, branches, carry, consts)
 
 
-def transmit(params: Params, state: State, window_end_ps) -> State:
-    serving, order, free, upcoming = window_start(params, state, window_end_ps)
-    # Rounds run while the next one sends (its front, computed at the end of the last, says
-    # so): no round runs only to find that nothing can start. A round in which no port
-    # sends changes nothing, so a lockstep batch runs rounds until no experiment sends,
-    # without keeping each experiment's carry (ops/lockstep.while_any).
-    serving = while_any(
-        lambda consts, serving: jnp.any(serving.front.sends),
+def _rounds(params: Params, serving: Serving, window_end_ps, order, free, upcoming, sending) -> Serving:
+    """``serve_round`` while ``sending(params, serving)`` (() bool) holds.
+
+    Rounds run while the next one sends (its front, computed at the end of the last, says
+    so): no round runs only to find that nothing can start. A round in which no port
+    sends changes nothing, so a lockstep batch runs rounds until no experiment sends,
+    without keeping each experiment's carry (ops/lockstep.while_any)."""
+    return while_any(
+        lambda consts, serving: sending(consts[0], serving),
         lambda consts, serving: serve_round(consts[0], serving, *consts[1:]),
         serving,
         (params, window_end_ps, order, free, upcoming),
     )
+
+
+def any_sends(params: Params, serving: Serving):
+    """() bool some port starts a packet in the next round."""
+    return jnp.any(serving.front.sends)
+
+
+def a_switch_port_sends(params: Params, serving: Serving):
+    """() bool some switch port starts a packet in the next round."""
+    return jnp.any(serving.front.sends & (params.ports.port_host < 0))
+
+
+def nic_rounds_apply(static) -> bool:
+    """The window's last rounds run on the NICs' ports alone (``nic_rounds``): with the FIFO
+    pass, after which most windows' rounds serve only NICs, and where no telemetry looks
+    ahead at the packets in flight to a port (``upcoming_egress``)."""
+    return fifo_pass.applies(static) and not static.int_queue_with_packet
+
+
+def nic_rounds(params: Params, serving: Serving, window_end_ps, order, free) -> Serving:
+    """The window's rounds once no switch port can send in it, on a view of the experiment
+    on its NICs' ports (``ops/port_view.py``): the same rounds over H ports instead of P.
+    A switch port whose front does not send sends nothing more in the window (its queue
+    gains nothing, its PFC pauses were seen at the window's start, and the NICs' packets
+    arrive after the window), so these rounds leave it as it is. The NIC ports' state,
+    queue pointers and searches come back into ``serving``; the packets, flows and
+    counters are the view's."""
+    ports, real = port_view.nic_ports(params)
+    view_queue = port_view.view_queues(params.static, ports)  # (H class_queues,)
+    queue_real = jnp.repeat(real, params.static.class_queues)
+    view = port_view.view_params(params, ports, real)
+    order_view = port_view.view_order(order, view_queue)
+    state = serving.state
+    # A padding host's view port has empty queues (its pointers at their ends) and sends nothing.
+    front = serving.front._replace(**{
+        name: port_view.take(getattr(serving.front, name), ports) for name in ("start", "chosen", "ready_ps", "slot")
+    }, **{
+        name: port_view.take(getattr(serving.front, name), ports) & real for name in ("sends", "creates", "pool_full")
+    })  # fmt: skip
+    inside = Serving(
+        state.replace(ports=port_view.take(state.ports, ports), links=port_view.take(state.links, ports)),
+        jnp.where(queue_real, serving.head[view_queue], order_view.queue_end),
+        jnp.where(queue_real, serving.arrived[view_queue], order_view.queue_end),
+        serving.used,
+        front,
+        port_view.take(serving.pfc_seen, ports),
+        port_view.take(serving.arrived_ps, ports),
+    )
+    inside = _rounds(view, inside, window_end_ps, order_view, free, None, any_sends)
+    out = inside.state
+    return Serving(
+        out.replace(ports=port_view.put(state.ports, out.ports, ports, real), links=state.links),
+        port_view.put(serving.head, inside.head, view_queue, queue_real),
+        port_view.put(serving.arrived, inside.arrived, view_queue, queue_real),
+        inside.used,
+        serving.front._replace(pool_full=port_view.put(jnp.zeros_like(serving.front.pool_full), inside.front.pool_full, ports, real)),
+        serving.pfc_seen,
+        port_view.put(serving.arrived_ps, inside.arrived_ps, ports, real),
+    )
+
+
+def transmit(params: Params, state: State, window_end_ps) -> State:
+    serving, order, free, upcoming = window_start(params, state, window_end_ps)
+    if nic_rounds_apply(params.static):  # rounds over every port while a switch port sends, then over the NICs'
+        # In a lockstep batch the first rounds run while any experiment's switch port sends:
+        # an experiment whose do not runs there the NIC rounds it would run next anyway (a
+        # round over every port in which no switch port sends is the view's round).
+        serving = _rounds(params, serving, window_end_ps, order, free, upcoming, a_switch_port_sends)
+        serving = nic_rounds(params, serving, window_end_ps, order, free)
+    else:
+        serving = _rounds(params, serving, window_end_ps, order, free, upcoming, any_sends)
     # A NIC whose host had no free slot for the packet it would have started next: the
     # round that found nothing else to send would have flagged it (``account``).
     pool_full = jnp.any(serving.front.pool_full)
