@@ -68,6 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--steps-per-call", default=str(STEPS_PER_CALL),
         help=f"sim.steps_per_call values each mode runs with, e.g. 64,256 (default {STEPS_PER_CALL}, the config's)",
     )
+    p.add_argument("--fifo-pass", default="auto", help="sim.fifo_pass values each mode runs with, e.g. auto,always (default auto: off on a CPU)")
     p.add_argument("--rounds", type=int, default=1, help="rounds of every variant then htsim, alternating (default 1; the first compiles)")
     p.add_argument("--out", type=Path, default=RESULTS / "sweep_vs_htsim.json")
     return p.parse_args(argv)
@@ -84,7 +85,8 @@ def main(argv=None) -> int:
     ]
     configs = [htsim.our_config(network, "roce", cm) for cm in cm_paths]
     variants = list(itertools.product(
-        args.modes.split(","), device_counts, args.live_prefix.split(","), [int(n) for n in args.steps_per_call.split(",")]
+        args.modes.split(","), device_counts, args.live_prefix.split(","), [int(n) for n in args.steps_per_call.split(",")],
+        args.fifo_pass.split(","),
     ))  # fmt: skip
     rows = []
     first_fcts = []  # every variant of every round must give the same flows' FCTs, bit for bit
@@ -105,17 +107,19 @@ def main(argv=None) -> int:
     return 0
 
 
-def run_ours(args, configs, mode: str, n_devices: int, live_prefix: str, steps_per_call: int, first_fcts: list):
+def run_ours(args, configs, mode: str, n_devices: int, live_prefix: str, steps_per_call: int, fifo_pass: str, first_fcts: list):
     """One run of our batch in one variant: (its row, (N,) its points' packet-hops). The
     first variant's FCTs go into ``first_fcts``; every later run is checked against them."""
     for config in configs:
         config["sim"]["live_prefix"] = live_prefix
+        config["sim"]["fifo_pass"] = fifo_pass
     experiments = [experiment_from_config(config) for config in configs]
     results, wall_s, compile_s, slots = run_batch(experiments, args.slots_per_host, 1 << 13, mode, n_devices, steps_per_call)
     hops = np.array([r.summary["n_packet_hops"] for r in results], dtype=np.int64)
     bad = [i for i, r in enumerate(results) if r.summary["status"] != "ok"]
     label = f"{mode}" + (f", {n_devices} devices" if n_devices > 1 else "") + (f", live prefix {live_prefix}" if live_prefix != "auto" else "")
     label += f", {steps_per_call} windows a call" if steps_per_call != STEPS_PER_CALL else ""
+    label += f", FIFO pass {fifo_pass}" if fifo_pass != "auto" else ""
     if bad:
         print(f"{label}: points {bad} did not finish: {results[bad[0]].summary['error']}", file=sys.stderr)
     fcts = [r.flows["fct_ps"] for r in results]
@@ -128,10 +132,11 @@ def run_ours(args, configs, mode: str, n_devices: int, live_prefix: str, steps_p
     row = {
         "simulator": f"multiverse-jax sim.batching={mode}" + (f" sim.devices={n_devices}" if n_devices > 1 else "")
         + (f" sim.live_prefix={live_prefix}" if live_prefix != "auto" else "")
-        + (f" sim.steps_per_call={steps_per_call}" if steps_per_call != STEPS_PER_CALL else ""),
+        + (f" sim.steps_per_call={steps_per_call}" if steps_per_call != STEPS_PER_CALL else "")
+        + (f" sim.fifo_pass={fifo_pass}" if fifo_pass != "auto" else ""),
         "points": args.points, "wall_s": wall_s, "compile_s": compile_s, "packet_hops": int(hops.sum()),
         "rate": hops.sum() / wall_s, "slots_per_host": slots, "cores": os.cpu_count(), "devices": n_devices,
-        "live_prefix": live_prefix, "steps_per_call": steps_per_call, "same_fcts_as_first": same,
+        "live_prefix": live_prefix, "steps_per_call": steps_per_call, "fifo_pass": fifo_pass, "same_fcts_as_first": same,
     }  # fmt: skip
     return row, hops
 

@@ -73,7 +73,8 @@ class Static:
     #   latency; in ``map`` on a CPU they cost as much as they save. ``build_batch`` sets it off the CPU unless
     #   ``sim.long_runs`` asks. A choice, not a shape
     fifo_pass: bool = False  # where every port has one class queue, every switch port's departures of a window in one
-    #   pass at its start (``ops/fifo_pass.py``), the rounds serving the NICs and the ports it stops at a PFC pause.
+    #   pass at its start (``ops/fifo_pass.py``), the rounds serving the NICs and the ports it stops at a PFC pause;
+    #   the rounds after the last in which a switch port sends run over the NICs' ports alone (``transmit.nic_rounds``).
     #   ``build_batch`` sets it off the CPU unless ``sim.fifo_pass`` asks (as ``long_runs``). A choice, not a shape
     lockstep_experiments: int = 0  # B: experiments a vmap batch steps in lockstep at once, in B lanes that each take
     #   the next experiment when theirs stops (``engine.lockstep_lanes``; 0: by backend, the whole batch on an

@@ -583,10 +583,11 @@ class SimConfig(Group):
     run_packets: int = 0
     # The FIFO pass (ops/fifo_pass.py): without rival class queues (ACKs queued with data at one
     # priority, htsim's configuration), every switch port's departures of a window in one pass at its
-    # start, the transmit rounds serving the NICs and the ports a PFC pause stops (on the htsim sweep's
-    # point 3.4 rounds a busy window, not 6.5, a third fewer kernels). auto: on an accelerator, off on
-    # a CPU (where the htsim sweep ran no faster with it, and programs compile 16-27 % longer); always | never, as
-    # sim.long_runs. Same results, bit for bit
+    # start, the transmit rounds serving the NICs and the ports a PFC pause stops, the last of them over
+    # the NICs' ports alone (on the htsim sweep's point 3.4 rounds a busy window, not 6.5; the point 1.11x
+    # faster on one core). auto: on an accelerator, off on a CPU (where programs compile 1.7x as long,
+    # more than most runs save; set always for long CPU sweeps); always | never, as sim.long_runs.
+    # Same results, bit for bit
     fifo_pass: ByBackend = ByBackend.auto
     # sim.batching=vmap: experiments stepped in lockstep at once, in lanes that each take the next
     # experiment when theirs stops (engine.lockstep_lanes; the largest of a batch): 0 chooses, the

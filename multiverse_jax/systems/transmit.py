@@ -20,7 +20,9 @@ its busy stretches; each window ran one more before). With ``Static.fifo_pass`` 
 port has one class queue: an accelerator's default), the window starts with the FIFO pass
 (``drain``, ``ops/fifo_pass.py``): every switch port's departures of the window at once, so
 the rounds serve the NICs and the ports it stopped at a PFC pause (3.4 rounds a busy window
-of that point, not 6.5).
+of that point, not 6.5); once no switch port can send, the rounds left run over the NICs'
+ports alone (``nic_rounds``, a view of the experiment on them: ``ops/port_view.py``), 128
+ports at k=8 instead of 768.
 
 Nothing joins a queue during the window (arrivals were queued by ``forward``), so the
 window starts by sorting the pool once into every class queue's service order
