@@ -511,38 +511,46 @@ def nic_rounds(params: Params, serving: Serving, window_end_ps, order, free) -> 
     on its NICs' ports (``ops/port_view.py``): the same rounds over H ports instead of P.
     A switch port whose front does not send sends nothing more in the window (its queue
     gains nothing, its PFC pauses were seen at the window's start, and the NICs' packets
-    arrive after the window), so these rounds leave it as it is. The NIC ports' state,
-    queue pointers and searches come back into ``serving``; the packets, flows and
-    counters are the view's."""
+    arrive after the window), so these rounds leave it as it is."""
     ports, real = port_view.nic_ports(params)
     view_queue = port_view.view_queues(params.static, ports)  # (H class_queues,)
-    queue_real = jnp.repeat(real, params.static.class_queues)
-    view = port_view.view_params(params, ports, real)
     order_view = port_view.view_order(order, view_queue)
-    state = serving.state
-    # A padding host's view port has empty queues (its pointers at their ends) and sends nothing.
-    front = serving.front._replace(**{
-        name: port_view.take(getattr(serving.front, name), ports) for name in ("start", "chosen", "ready_ps", "slot")
-    }, **{
-        name: port_view.take(getattr(serving.front, name), ports) & real for name in ("sends", "creates", "pool_full")
-    })  # fmt: skip
-    inside = Serving(
+    inside = _into_view(params, serving, ports, real, view_queue, order_view)
+    inside = _rounds(port_view.view_params(params, ports, real), inside, window_end_ps, order_view, free, None, any_sends)
+    return _out_of_view(params, serving, inside, ports, real, view_queue)
+
+
+def _into_view(params: Params, serving: Serving, ports, real, view_queue, order_view) -> Serving:
+    """``serving`` at the view's ports ``ports`` (H,) (``real``: not padding) and their class
+    queues ``view_queue``. A padding host's view port has empty queues (its pointers at their
+    ends) and sends nothing."""
+    state, front = serving.state, serving.front
+    queue_real = jnp.repeat(real, params.static.class_queues)
+    at_ports = {name: port_view.take(getattr(front, name), ports) for name in ("start", "chosen", "ready_ps", "slot")}
+    if_real = {name: port_view.take(getattr(front, name), ports) & real for name in ("sends", "creates", "pool_full")}
+    return Serving(
         state.replace(ports=port_view.take(state.ports, ports), links=port_view.take(state.links, ports)),
         jnp.where(queue_real, serving.head[view_queue], order_view.queue_end),
         jnp.where(queue_real, serving.arrived[view_queue], order_view.queue_end),
         serving.used,
-        front,
+        front._replace(**at_ports, **if_real),
         port_view.take(serving.pfc_seen, ports),
         port_view.take(serving.arrived_ps, ports),
     )
-    inside = _rounds(view, inside, window_end_ps, order_view, free, None, any_sends)
-    out = inside.state
+
+
+def _out_of_view(params: Params, serving: Serving, inside: Serving, ports, real, view_queue) -> Serving:
+    """``serving`` after the view's rounds ``inside``: the NIC ports' state, queue pointers
+    and searches written back; the packets, flows and counters the view's. Only the front's
+    ``pool_full`` is read after the rounds (``transmit``), and only a NIC's can be set."""
+    state, queue_real = serving.state, jnp.repeat(real, params.static.class_queues)
+    pool_full = port_view.put(jnp.zeros_like(serving.front.pool_full), inside.front.pool_full, ports, real)
     return Serving(
-        out.replace(ports=port_view.put(state.ports, out.ports, ports, real), links=state.links),
+        inside.state.replace(ports=port_view.put(state.ports, inside.state.ports, ports, real), links=state.links),
         port_view.put(serving.head, inside.head, view_queue, queue_real),
         port_view.put(serving.arrived, inside.arrived, view_queue, queue_real),
         inside.used,
-        serving.front._replace(pool_full=port_view.put(jnp.zeros_like(serving.front.pool_full), inside.front.pool_full, ports, real)),
+        serving.front._replace(pool_full=pool_full),
         serving.pfc_seen,
         port_view.put(serving.arrived_ps, inside.arrived_ps, ports, real),
     )
