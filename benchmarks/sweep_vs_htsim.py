@@ -22,6 +22,7 @@ running half the points use both.
     python benchmarks/sweep_vs_htsim.py --modes map --devices 1,2 --htsim-points 2
     python benchmarks/sweep_vs_htsim.py --modes vmap --live-prefix columns,per_host --htsim-points 0
     python benchmarks/sweep_vs_htsim.py --modes map --devices 2 --rounds 5   # ours and htsim alternating, 5 times
+    python benchmarks/sweep_vs_htsim.py --modes map --devices 2 --rounds 5 --fifo-pass never,always   # sim.fifo_pass both ways
 
 ``--rounds R`` runs every variant and then htsim R times, alternating, in one process: on a
 shared machine whose speed drifts from minute to minute (both simulators' rates moved by
