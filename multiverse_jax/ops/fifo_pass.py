@@ -26,9 +26,11 @@ The pass's cost is per cell: the packets that might start in the window at a swi
 (``candidates``: a bound from their bytes), in the smallest of ``pass_sizes`` cells that holds
 them, not per queued packet (the htsim sweep's point queues ~22,000 under PFC, of which
 ~900 are candidates a window) or per round. ``Static.fifo_pass`` (``sim.fifo_pass``) turns
-it on: by default on an accelerator, where a round costs its kernels' latency; on a CPU the
-rounds it saves (6.5 -> 3.4 a busy window of that point) cost about what it does
-(``benchmarks/HISTORY.md``, stop 60).
+it on: by default on an accelerator, where a round costs its kernels' latency. On a CPU the
+rounds it saves (6.5 -> 3.4 a busy window of that point) cost about what it does, until the
+rounds left, the NICs', run over their ports alone (``systems.transmit.nic_rounds``): with
+that the point runs 1.11x faster on one core, but the program compiles 1.7x as long, so a
+CPU takes it only when asked (``benchmarks/HISTORY.md``, stops 60 and 61).
 """
 
 from __future__ import annotations

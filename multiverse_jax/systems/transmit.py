@@ -501,9 +501,11 @@ def a_switch_port_sends(params: Params, serving: Serving):
 
 def nic_rounds_apply(static) -> bool:
     """The window's last rounds run on the NICs' ports alone (``nic_rounds``): with the FIFO
-    pass, after which most windows' rounds serve only NICs, and where no telemetry looks
-    ahead at the packets in flight to a port (``upcoming_egress``)."""
-    return fifo_pass.applies(static) and not static.int_queue_with_packet
+    pass, after which most windows' rounds serve only NICs (``fifo_pass.applies`` already
+    excludes telemetry that looks ahead at the packets in flight to a port, which the view
+    would not see: ``upcoming_egress``). A function of its own so that A/B runs can turn the
+    view off alone (``benchmarks/results/stop61/v_no_view.py``)."""
+    return fifo_pass.applies(static)
 
 
 def nic_rounds(params: Params, serving: Serving, window_end_ps, order, free) -> Serving:
