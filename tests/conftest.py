@@ -181,18 +181,24 @@ _OWN_XLA_CACHE = []  # the cache folder this process made (the first to configur
 # The tests compile ~60 engine programs (one per set of shapes), 9-11 s each on 2 cores:
 # most of the suite's time. XLA's CPU backend compiles them ~35 % faster with its elemental
 # IR emitters instead of its newer fusion emitters (measured on the SMALL engine program:
-# 6.8-7.1 -> 4.2-4.4 s), and runs them ~3 % slower; the results are the same bits (the
-# golden digests and the peer comparisons check them). Set before JAX starts its backend
-# (conftest's imports do not), inherited by the xdist workers and the processes tests start.
-TEST_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
+# 6.8-7.1 -> 4.2-4.4 s), and runs them ~3 % slower; and faster again without LLVM's
+# optimisation passes (``--xla_backend_optimization_level=0``: test_runs' reference program
+# traced and compiled in 6.9 s instead of 9.5 s, level 1 9.0 s), which runs them up to ~1.7x
+# slower (test_hybrid's long packet-mode runs: 58 -> 100 s) but the whole suite with
+# ../shared in 8:48 on 2 cores, where it had taken 9:05-10:52 without the peer tests (stop 62).
+# The results are the same bits (LLVM's passes keep IEEE semantics: no fast-math; the golden
+# digests and the peer comparisons check them). Benchmarks and the CLI keep XLA's defaults.
+# Set before JAX starts its backend (conftest's imports do not), inherited by the xdist
+# workers and the processes tests start.
+TEST_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0"
 
 
 def _use_test_xla_flags():
     import os
 
     flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_cpu_use_fusion_emitters" not in flags:  # a user's own choice stands
-        os.environ["XLA_FLAGS"] = f"{flags} {TEST_XLA_FLAGS}".strip()
+    own = [flag for flag in TEST_XLA_FLAGS.split() if flag.split("=")[0] not in flags]  # a user's own choice stands
+    os.environ["XLA_FLAGS"] = " ".join([flags, *own]).strip()
 
 
 def _absl_handler_off_the_capture():
