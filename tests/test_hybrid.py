@@ -26,6 +26,9 @@ from multiverse_jax.topology.fattree import fattree
 from multiverse_jax.units import PS_PER_US
 from multiverse_jax.workload.flows import make_flows
 
+# Long packet-mode runs: compiled with LLVM's passes (conftest's ``optimised_engine``).
+pytestmark = pytest.mark.usefixtures("optimised_engine")
+
 # cc=none queues a shared bottleneck under PFC; HPCC telemetry; the learned restorer compiled in
 # (restorer_history), so the hybrid.restore=transformer tests share these programs.
 # Runs of packets on (a CPU's default; SMALL runs one a round): these long runs take fewer rounds with them.
