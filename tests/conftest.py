@@ -199,16 +199,25 @@ def optimised_engine():
     default), for a module whose long runs cost more than its compilations (``TEST_XLA_FLAGS``
     turns them off for the rest): test_hybrid's packet-mode elephants took 117 s at level 0,
     61 s at level 2, with the same results (stop 62). Per program, through the engine's jit
-    options (``engine.CPU_COMPILER_OPTIONS``), restored after the module."""
+    options (``engine.CPU_COMPILER_OPTIONS``), restored after the module. A level the user's
+    ``XLA_FLAGS`` set stands (only one this conftest added is overridden)."""
+    import os
+
     import jax
 
     from multiverse_jax import engine
 
+    if "xla_backend_optimization_level" not in os.environ.get(ADDED_FLAGS_ENV, ""):
+        yield
+        return
     options = {**engine.CPU_COMPILER_OPTIONS, "xla_backend_optimization_level": 2}
     default = engine._advance_compiled["cpu"]
     engine._advance_compiled["cpu"] = jax.jit(engine._advance, static_argnames=("batching",), compiler_options=options)
     yield
     engine._advance_compiled["cpu"] = default
+
+
+ADDED_FLAGS_ENV = "MULTIVERSE_JAX_TEST_ADDED_XLA_FLAGS"  # the flags the first process added (xdist's workers inherit it)
 
 
 def _use_test_xla_flags():
@@ -217,6 +226,8 @@ def _use_test_xla_flags():
     flags = os.environ.get("XLA_FLAGS", "")
     own = [flag for flag in TEST_XLA_FLAGS.split() if flag.split("=")[0] not in flags]  # a user's own choice stands
     os.environ["XLA_FLAGS"] = " ".join([flags, *own]).strip()
+    if ADDED_FLAGS_ENV not in os.environ:  # set once, by the first process to configure
+        os.environ[ADDED_FLAGS_ENV] = " ".join(own)
 
 
 def _absl_handler_off_the_capture():
