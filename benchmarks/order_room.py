@@ -56,7 +56,8 @@ def record_service_orders(trace: list) -> None:
     def recorded(params, pkts, window_end_ps, kept):
         is_queued = queued(pkts)
         new = is_queued & (pkts.pkt_time_ps >= kept.order_end_ps)
-        queue = jnp.where(is_queued, queues._queue_of(params, pkts, jnp.arange(pkts.pkt_valid.shape[0])), params.static.n_queues)
+        queue_of_slot = queues.queue_of_class(params.static, pkts.pkt_port, queues.packet_class(params, pkts))
+        queue = jnp.where(is_queued, queue_of_slot, params.static.n_queues)
         n_queues = params.static.n_queues
         counts = jnp.stack([
             jnp.zeros(n_queues + 1, jnp.int32).at[queue].add(1)[:n_queues],

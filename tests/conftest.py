@@ -183,14 +183,18 @@ _OWN_XLA_CACHE = []  # the cache folder this process made (the first to configur
 # IR emitters instead of its newer fusion emitters (measured on the SMALL engine program:
 # 6.8-7.1 -> 4.2-4.4 s), and runs them ~3 % slower; and faster again without LLVM's
 # optimisation passes (``--xla_backend_optimization_level=0``: test_runs' reference program
-# traced and compiled in 6.9 s instead of 9.5 s, level 1 9.0 s), which runs them up to ~1.7x
-# slower (test_hybrid's long packet-mode runs: 58 -> 100 s) but the whole suite with
-# ../shared in 8:48 on 2 cores, where it had taken 9:05-10:52 without the peer tests (stop 62).
-# The results are the same bits (LLVM's passes keep IEEE semantics: no fast-math; the golden
-# digests and the peer comparisons check them). Benchmarks and the CLI keep XLA's defaults.
+# traced and compiled in 6.9 s instead of 9.5 s, level 1 9.0 s:
+# benchmarks/results/stop62/compile_time_by_level.py), which runs them up to ~1.7x slower
+# (test_hybrid, whose long runs take ``optimised_engine`` below); the suite in CI form took
+# 6:38-8:11 on 2 cores, 9:05-10:52 at stop 61 without it. The results are the same bits
+# (LLVM's passes keep IEEE semantics: no fast-math; the golden digests and the peer
+# comparisons check them). A user's runs of the CLI and the benchmarks keep XLA's defaults.
 # Set before JAX starts its backend (conftest's imports do not), inherited by the xdist
 # workers and the processes tests start.
 TEST_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0"
+
+
+ADDED_FLAGS_ENV = "MULTIVERSE_JAX_TEST_ADDED_XLA_FLAGS"  # the flags the first process added (xdist's workers inherit it)
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +202,7 @@ def optimised_engine():
     """The engine's CPU programs compiled with LLVM's optimisation passes (level 2, XLA's
     default), for a module whose long runs cost more than its compilations (``TEST_XLA_FLAGS``
     turns them off for the rest): test_hybrid's packet-mode elephants took 117 s at level 0,
-    61 s at level 2, with the same results (stop 62). Per program, through the engine's jit
+    61 s at level 2, with the same results (``benchmarks/results/stop62/hybrid_elephants_by_level.py``). Per program, through the engine's jit
     options (``engine.CPU_COMPILER_OPTIONS``), restored after the module. A level the user's
     ``XLA_FLAGS`` set stands (only one this conftest added is overridden)."""
     import os
@@ -215,9 +219,6 @@ def optimised_engine():
     engine._advance_compiled["cpu"] = jax.jit(engine._advance, static_argnames=("batching",), compiler_options=options)
     yield
     engine._advance_compiled["cpu"] = default
-
-
-ADDED_FLAGS_ENV = "MULTIVERSE_JAX_TEST_ADDED_XLA_FLAGS"  # the flags the first process added (xdist's workers inherit it)
 
 
 def _use_test_xla_flags():
