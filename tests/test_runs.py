@@ -21,7 +21,7 @@ from multiverse_jax.components.static import RUN_PACKETS, RUN_PACKETS_SINGLE_CLA
 from multiverse_jax.conf.schema import CcKind, PacketConfig, SimConfig, SwitchConfig
 from multiverse_jax.errors import InputError
 from multiverse_jax.experiment import Experiment
-from multiverse_jax.ops import fifo_pass, queues, runs
+from multiverse_jax.ops import fifo_pass, nic_pass, queues, runs
 from multiverse_jax.systems import transmit
 from multiverse_jax.topology import fattree
 from multiverse_jax.units import NEVER
@@ -204,6 +204,25 @@ BOTH_WAYS_EXPERIMENTS = [
     Experiment(FAT_TREE, BOTH_WAYS, switch=PFC, cc=CcKind.hpcc, packet=PacketConfig(ack_class="data"), sim=SimConfig(seed=6)),
 ]
 
+# Where a NIC's offers follow one another in the NIC pass, or stop it: hosts 1 and 2 send
+# several flows (round robin, flows joining the cycle later), the others one; DCQCN's pacing
+# and byte counter, HPCC's window and pacing, DCTCP's window gate, spraying and flowlets (a gap short
+# enough to start new ones), ACKs in the data FIFO with PFC.
+MANY_FLOWS = make_flows(
+    [1, 1, 1, 2, 2, 3, 4, 5, 6, 7, 8, 0, 9, 10, 11, 12],
+    [0, 5, 9, 0, 6, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15, 15],
+    [30_000, 20_000, 40_000, 30_000, 25_000] + [30_000] * 6 + [120_000] + [30_000] * 4,
+    [0, PS, 2 * PS, 0, 3 * PS // 2] + [0] * 8 + [PS] * 3,
+)
+SHORT_FLOWLETS = dataclasses.replace(PFC, flowlet_gap_us=0.5)
+MANY_FLOWS_EXPERIMENTS = [
+    Experiment(FAT_TREE, MANY_FLOWS, switch=SHORT_FLOWLETS, cc=cc, lb=lb, packet=PacketConfig(ack_class="data"), sim=SimConfig(seed=seed), **more)
+    for seed, (cc, lb, more) in enumerate([
+        (CcKind.dcqcn, "spray", {}), (CcKind.hpcc, "flowlet", {}),
+        (CcKind.dctcp, "ecmp", {}), (CcKind.none, "flowlet", {}),
+    ])
+]  # fmt: skip
+
 
 def _count_single_class(monkeypatch) -> list:
     """A list that gets, each time ``runs.single_class`` runs in a program traced from now
@@ -237,6 +256,22 @@ def _count_fifo_pass(monkeypatch) -> list:
     return started
 
 
+def _count_nic_pass(monkeypatch) -> list:
+    """A list that gets, each time the NIC pass (``nic_pass.drain``) runs in a program traced
+    from now on, (the packets it started, of which new ones)."""
+    started = []
+    original = nic_pass.drain
+
+    def counted(*args, **kwargs):
+        rows, made, arrived_ps = original(*args, **kwargs)
+        n_made = jnp.sum(made.count)
+        jax.debug.callback(lambda n, m: started.append((int(n), int(m))), jnp.sum(rows.dep.sends), n_made)
+        return rows, made, arrived_ps
+
+    monkeypatch.setattr(nic_pass, "drain", counted)
+    return started
+
+
 def _count_nic_rounds(monkeypatch) -> list:
     """A list that gets, each time a window's last rounds run on the NICs' ports alone
     (``transmit.nic_rounds``, with the FIFO pass) in a program traced from now on, the
@@ -266,13 +301,16 @@ def test_fifo_pass_equals_one_packet_a_round(monkeypatch):
     the rounds alone, bit for bit (PFC pauses, ACK trains in the data FIFO, HPCC's
     telemetry); and it starts most of the switch ports' packets."""
     reference = [outcome(r) for r in run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, run_packets=1, **SHAPES)]
-    passed, on_nics = _count_fifo_pass(monkeypatch), _count_nic_rounds(monkeypatch)
+    passed, nic_passed = _count_fifo_pass(monkeypatch), _count_nic_pass(monkeypatch)
+    on_nics = _count_nic_rounds(monkeypatch)
     results = run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, rival_classes=False, fifo_pass=True, **ONE_QUEUE)
     assert_same([outcome(r) for r in results], reference)
     assert all(r["pfc_pauses"] > 0 for r in reference)  # the pass meets pauses
     hops = sum(int(r.summary["n_packet_hops"]) for r in results)
     assert sum(passed) > hops / 4, (sum(passed), hops)  # of 4-6 hops a packet, 2 at NICs: most switch hops
-    assert sum(on_nics) > hops / 8, (sum(on_nics), hops)  # the NICs' rounds: most NIC hops
+    nic_hops, made = (sum(column) for column in zip(*nic_passed))
+    assert nic_hops > hops / 8 and made > hops / 16, (nic_hops, made, hops)  # the NIC pass: most NIC hops, new packets among them
+    assert sum(on_nics) < nic_hops / 10, (sum(on_nics), nic_hops)  # the NICs' rounds: what the pass stopped at
 
 
 # Slow (a 20-24 s compile on 2 cores): long runs are an accelerator's default, and CI on a CPU
@@ -303,7 +341,7 @@ def test_one_class_queue_per_port_takes_the_closed_form_alone(monkeypatch):
     (on a CPU, where way 1 is off), at ``RUN_PACKETS_SINGLE_CLASS`` packets a round at
     ``RUN_PORTS_SINGLE_CLASS`` ports; a
     NIC's new packet leads some of them. With long runs (an accelerator's default), ways 1
-    and 2. The results are those of one packet a round.
+    and 2, and the FIFO and NIC passes. The results are those of one packet a round.
     ``build_batch`` turns it on only for such batches, and a given ``Static`` without rival
     classes is refused for one with them."""
     reference = [outcome(r) for r in run_small(BOTH_WAYS_EXPERIMENTS, batch_size=4, run_packets=1, **SHAPES)]
@@ -316,11 +354,22 @@ def test_one_class_queue_per_port_takes_the_closed_form_alone(monkeypatch):
     assert sum(c for _, c in rows_started) > 0, "no run followed a NIC's new packet"
     # An accelerator's form: long runs and the FIFO pass on too, in lockstep (the switch takes
     # ways 1 and 2 only; the pass, its largest size any experiment needs).
-    passed, on_nics = _count_fifo_pass(monkeypatch), _count_nic_rounds(monkeypatch)
-    locked = run_small(BOTH_WAYS_EXPERIMENTS, batching="vmap", batch_size=4, rival_classes=False, long_runs=True, fifo_pass=True, **ONE_QUEUE_RUNS)
+    passed, on_nics, nic_passed = _count_fifo_pass(monkeypatch), _count_nic_rounds(monkeypatch), _count_nic_pass(monkeypatch)
+    accelerator = {"batching": "vmap", "batch_size": 4, "rival_classes": False, "long_runs": True, "fifo_pass": True, **ONE_QUEUE_RUNS}
+    locked = run_small(BOTH_WAYS_EXPERIMENTS, **accelerator)
     assert_same([outcome(r) for r in locked], reference)
     assert sum(passed) > 0, "the FIFO pass never started a packet"
-    assert sum(on_nics) > 0, "no round ran on the NICs' ports alone"
+    assert sum(n for n, _ in nic_passed) > 0, "the NIC pass never started a packet"
+    # The NIC pass (``ops/nic_pass.py``): where a NIC's offers follow one another or stop it
+    # (a host with several flows at its second offer; the rounds go on there), whatever the
+    # congestion control and load balancing; the results are those of one packet a round.
+    del on_nics[:], nic_passed[:]
+    reference = [outcome(r) for r in run_small(MANY_FLOWS_EXPERIMENTS, batch_size=4, run_packets=1, **SHAPES)]
+    assert all(r["pfc_pauses"] > 0 for r in reference)  # the pass meets pauses
+    assert_same([outcome(r) for r in run_small(MANY_FLOWS_EXPERIMENTS, **accelerator)], reference)
+    nic_hops, made = (sum(column) for column in zip(*nic_passed))
+    assert made > 0 and nic_hops > 2 * sum(on_nics), (nic_hops, made, sum(on_nics))
+    assert sum(on_nics) > 0, "no round ran on the NICs' ports alone (where the NIC pass stopped)"
     data = needed_static(BOTH_WAYS_EXPERIMENTS)
     assert not data.rival_classes
     assert data.run_packets == (RUN_PACKETS_SINGLE_CLASS if jax.default_backend() == "cpu" else RUN_PACKETS)
@@ -331,3 +380,4 @@ def test_one_class_queue_per_port_takes_the_closed_form_alone(monkeypatch):
     static = dataclasses.replace(SMALL, rival_classes=False, **SHAPES)
     with pytest.raises(InputError, match="rival_classes"):
         build_batch(EXPERIMENTS[1:2], static=static, slots_per_host=static.slots_per_host)
+

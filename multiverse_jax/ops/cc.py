@@ -33,10 +33,14 @@ def allowance_bytes(params: Params, cc: CcState, acked_packets):
 
 def gate_ps(params: Params, state: State):
     """(F,) earliest time the window lets each flow send its next packet (NEVER: not in this window)."""
-    cc = state.cc
-    sent_bytes = state.flows.flow_sent_packets.astype(jnp.float64) * params.payload_bytes
-    open_ = cc.flow_gate_allow_bytes > sent_bytes[:, None]
-    return jnp.min(jnp.where(open_, cc.flow_gate_ps, NEVER), axis=-1)
+    return open_gate_ps(params, state.cc.flow_gate_allow_bytes, state.cc.flow_gate_ps, state.flows.flow_sent_packets)
+
+
+def open_gate_ps(params: Params, allow_bytes, gate_ps_, sent_packets):
+    """``gate_ps`` of flows whose gate entries are ``allow_bytes`` and ``gate_ps_`` (..., G)
+    once they have sent ``sent_packets`` (...): the first entry that still allows more."""
+    sent_bytes = sent_packets.astype(jnp.float64) * params.payload_bytes
+    return jnp.min(jnp.where(allow_bytes > sent_bytes[..., None], gate_ps_, NEVER), axis=-1)
 
 
 def polls(params: Params):

@@ -151,19 +151,24 @@ def offer(params: Params, state: State, now_ps, free: FreeSlots, used) -> NicOff
         sendable, jnp.maximum(flow_ready, waiting_from), queue, n_hosts * n_classes, now_ps, tie=after_cursor.astype(jnp.int64)
     )
     ready, flow = ready.reshape(n_hosts, n_classes), jnp.minimum(flow, n_flows - 1).reshape(n_hosts, n_classes)
-    seq = fs.flow_sent_packets[flow]
-    n_packets = fp.flow_n_packets[flow]
-    last_payload = fp.flow_size_bytes[flow] - (n_packets - 1).astype(jnp.int64) * params.payload_bytes
-    payload = jnp.where(seq == n_packets - 1, last_payload, params.payload_bytes)
     has_slot = used < free.count
     slot = jnp.take_along_axis(free.slot, jnp.minimum(used, free.slot.shape[1] - 1)[:, None], axis=1)[:, 0]
     return NicOffer(
         ready_ps=ready,
         flow=flow,
-        wire_bytes=(payload + params.header_bytes).astype(jnp.int32),
+        wire_bytes=data_wire_bytes(params, flow, fs.flow_sent_packets[flow]),
         slot=slot,
         has_slot=has_slot,
     )
+
+
+def data_wire_bytes(params: Params, flow, seq):
+    """int32 the wire size of packet ``seq`` of ``flow`` (arrays alike): every packet of a
+    flow but its last is full (payload + header); the last carries what is left."""
+    n_packets = params.flows.flow_n_packets[flow]
+    last_payload = params.flows.flow_size_bytes[flow] - (n_packets - 1).astype(jnp.int64) * params.payload_bytes
+    payload = jnp.where(seq == n_packets - 1, last_payload, params.payload_bytes)
+    return (payload + params.header_bytes).astype(jnp.int32)
 
 
 def of_class(offer_: NicOffer, data_class) -> NicOffer:
@@ -176,7 +181,7 @@ def of_class(offer_: NicOffer, data_class) -> NicOffer:
     return offer_._replace(**picked)
 
 
-def _next_cursor(params: Params, state: State, sent_flow, sent, start_ps):
+def next_cursor(params: Params, state: State, sent_flow, sent, start_ps):
     """(P,) each NIC port's round-robin cursor after its host sent a packet of
     ``sent_flow`` (H,) where ``sent`` (H,), starting at ``start_ps`` (H,): the first flow
     of the host after it that had started by then, else 0 (wrap)."""
@@ -191,6 +196,50 @@ def _next_cursor(params: Params, state: State, sent_flow, sent, start_ps):
     return state.ports.port_rr_flow.at[nic_port].set(cursor, mode="drop")
 
 
+def next_flowlet(params: Params, flowlet, last_send_ps, start_ps):
+    """The flowlet number of a flow's packet that starts at ``start_ps``, after its packet
+    before (started at ``last_send_ps``, negative if none; its flowlet ``flowlet``): a flow
+    that has been idle longer than the flowlet gap starts a new flowlet. Arrays alike."""
+    return flowlet + ((last_send_ps < 0) | (start_ps - last_send_ps > params.flowlet_gap_ps))
+
+
+def path_salt(params: Params, seq, flowlet):
+    """The path salt of a new data packet (``seq``, its flow's ``flowlet``; arrays alike):
+    0 for per-flow ECMP, the sequence number + 1 for spraying, the flowlet number for flowlets."""
+    return jnp.where(
+        params.lb_kind == LB_SPRAY,
+        (seq + 1).astype(jnp.uint32),
+        jnp.where(params.lb_kind == LB_FLOWLET, flowlet.astype(jnp.uint32), jnp.uint32(0)),
+    )
+
+
+def new_packets(params: Params, pkts, target, flow, seq, wire_bytes, salt, port_id, start_ps):
+    """The pool with new data packets written at the slots ``target`` (N,) (``n_slots``:
+    none, dropped): of ``flow``, ``seq``, ``wire_bytes``, path ``salt``, leaving NIC port
+    ``port_id`` at ``start_ps`` ((N,) each, or broadcasting). What only a new packet has:
+    the departure's own columns (in flight, arrival, ranks, ECN) are ``transmit.leave``'s."""
+
+    def put(column, value):
+        return column.at[target].set(jnp.broadcast_to(value, target.shape).astype(column.dtype), mode="drop")
+
+    packets = pkts.replace(
+        pkt_valid=put(pkts.pkt_valid, True),
+        pkt_is_ack=put(pkts.pkt_is_ack, False),
+        pkt_flow=put(pkts.pkt_flow, flow),
+        pkt_seq=put(pkts.pkt_seq, seq),
+        pkt_bytes=put(pkts.pkt_bytes, wire_bytes),
+        pkt_port=put(pkts.pkt_port, port_id),
+        pkt_ingress=put(pkts.pkt_ingress, -1),
+        pkt_hop=put(pkts.pkt_hop, 0),
+        pkt_path_salt=put(pkts.pkt_path_salt, salt),
+        pkt_cnp=put(pkts.pkt_cnp, False),
+        pkt_sent_ps=put(pkts.pkt_sent_ps, start_ps),
+    )
+    if params.static.int_hops:  # its telemetry starts empty (none compiled in without HPCC)
+        packets = packets.replace(pkt_int_port=pkts.pkt_int_port.at[target].set(-1, mode="drop"))
+    return packets
+
+
 def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, serialization_ps) -> State:
     """Create the packets that NICs put on the wire this round: ``sent``, ``start_ps``,
     ``serialization_ps`` (H,). The caller writes what every departure writes (in flight,
@@ -201,36 +250,12 @@ def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, seriali
     never collide; hosts that send nothing write nowhere (index out of range, dropped).
     """
     fp, fs, pkts = params.flows, state.flows, state.packets
-    n_hosts, n_flows = params.static.n_hosts, params.static.n_flows
+    n_flows = params.static.n_flows
     target = jnp.where(sent, offer_.slot, params.static.n_slots)
     seq = fs.flow_sent_packets[offer_.flow]
-    # A flow that has been idle longer than the flowlet gap starts a new flowlet.
-    last_send_ps = fs.flow_last_send_ps[offer_.flow]
-    flowlet = fs.flow_flowlet[offer_.flow] + ((last_send_ps < 0) | (start_ps - last_send_ps > params.flowlet_gap_ps))
-    path_salt = jnp.where(
-        params.lb_kind == LB_SPRAY,
-        (seq + 1).astype(jnp.uint32),
-        jnp.where(params.lb_kind == LB_FLOWLET, flowlet.astype(jnp.uint32), jnp.uint32(0)),
-    )
-
-    def put(column, value):
-        return column.at[target].set(jnp.broadcast_to(value, (n_hosts,)).astype(column.dtype), mode="drop")
-
-    packets = pkts.replace(
-        pkt_valid=put(pkts.pkt_valid, True),
-        pkt_is_ack=put(pkts.pkt_is_ack, False),
-        pkt_flow=put(pkts.pkt_flow, offer_.flow),
-        pkt_seq=put(pkts.pkt_seq, seq),
-        pkt_bytes=put(pkts.pkt_bytes, offer_.wire_bytes),
-        pkt_port=put(pkts.pkt_port, params.ports.port_id[params.nics.nic_port]),
-        pkt_ingress=put(pkts.pkt_ingress, -1),
-        pkt_hop=put(pkts.pkt_hop, 0),
-        pkt_path_salt=put(pkts.pkt_path_salt, path_salt),
-        pkt_cnp=put(pkts.pkt_cnp, False),
-        pkt_sent_ps=put(pkts.pkt_sent_ps, start_ps),
-    )
-    if params.static.int_hops:  # its telemetry starts empty (none compiled in without HPCC)
-        packets = packets.replace(pkt_int_port=pkts.pkt_int_port.at[target].set(-1, mode="drop"))
+    flowlet = next_flowlet(params, fs.flow_flowlet[offer_.flow], fs.flow_last_send_ps[offer_.flow], start_ps)
+    port_id = params.ports.port_id[params.nics.nic_port]
+    packets = new_packets(params, pkts, target, offer_.flow, seq, offer_.wire_bytes, path_salt(params, seq, flowlet), port_id, start_ps)
     # Each flow reads whether its host's NIC sent one of its packets (a gather, no scatter).
     src = fp.flow_src
     flow_sent = sent[src] & (offer_.flow[src] == jnp.arange(n_flows))
@@ -242,7 +267,7 @@ def emit(params: Params, state: State, offer_: NicOffer, sent, start_ps, seriali
         flow_last_send_ps=jnp.where(flow_sent, start_ps[src], fs.flow_last_send_ps),
         flow_flowlet=jnp.where(flow_sent, flowlet[src].astype(jnp.uint32), fs.flow_flowlet),
     )
-    ports = state.ports.replace(port_rr_flow=_next_cursor(params, state, offer_.flow, sent, start_ps))
+    ports = state.ports.replace(port_rr_flow=next_cursor(params, state, offer_.flow, sent, start_ps))
     return state.replace(
         packets=packets, ports=ports, flows=flows, cc=cc.on_send(params, state.cc, flow_sent, flow_wire, flow_start_ps)
     )

@@ -252,7 +252,7 @@ def departures_behind(params: Params, first: Departures, nxt: Behind, sends, who
 
     arrival_ps, scheduled_ps, prior_ps, busy_rank, rank = link_fields(
         params, nxt.start, nxt.ser_ps, who, nxt.free_ps, nxt.available_ps, nxt.packet.rank, before,
-        _latest,
+        latest,
         (first.arrival_ps, first.scheduled_ps, first.busy_rank, first.rank),
     )  # fmt: skip
     zeros = jnp.zeros_like(sends)
@@ -282,7 +282,7 @@ def link_fields(params: Params, start, ser_ps, link, free_before_ps, available_p
     return arrival_ps, scheduled_ps, prior_ps, busy_rank, latest(busy_rank, fresh_link, base[3])
 
 
-def _latest(values, begins, base):
+def latest(values, begins, base):
     """(R, K): at each row, ``values`` at the latest row up to it where ``begins`` (R, K),
     or ``base`` (K,) where none has."""
     row = jnp.arange(1, values.shape[0] + 1, dtype=jnp.int32)[:, None]

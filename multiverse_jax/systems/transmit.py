@@ -51,7 +51,7 @@ import jax.numpy as jnp
 
 from multiverse_jax.components.experiment import CC_HPCC, ERROR_BUFFER_OVERFLOW, ERROR_POOL_FULL, Params, State
 from multiverse_jax.components.packets import PacketState
-from multiverse_jax.ops import fifo_pass, lockstep, marking, nic, pfc, pool, port_view, queues, runs
+from multiverse_jax.ops import fifo_pass, lockstep, marking, nic, nic_pass, pfc, pool, port_view, queues, runs
 from multiverse_jax.ops.runs import Departures
 from multiverse_jax.ops.lockstep import while_any
 from multiverse_jax.ops.packets import at_host, in_flight, serialization_ps
@@ -438,6 +438,8 @@ def window_start(params: Params, state: State, window_end_ps):
     head, arrived = start, order.arrived_before
     if fifo_pass.applies(params.static):  # the switch ports' departures of the window, at once
         state, head, arrived, before_window = drain(params, state, order, head, arrived, before_window, window_end_ps, seen)
+    if nic_pass_applies(params.static):  # the NICs', their new packets among them, in a fixed number of rows
+        state, head, arrived, before_window, used = drain_nics(params, state, order, head, arrived, before_window, used, window_end_ps, seen, free)
     front = round_front(params, state, head, used, window_end_ps, order, free, seen)
     serving = Serving(state, head, arrived, used, front, seen, before_window)
     return serving, order, free, upcoming
@@ -472,6 +474,23 @@ def drain(params: Params, state: State, order, head, arrived, arrived_ps, window
     branches = [lambda go, carry, consts: carry] + [in_cells(n) for n in sizes[1:]]  # none: the rounds serve every port
     carry, consts = (state, head, arrived, arrived_ps), (params, order, window_end_ps, seen, count)
     return lockstep.switch_in_place(size, branches, carry, consts)
+
+
+def nic_pass_applies(static) -> bool:
+    """The NIC pass (``ops/nic_pass.py``) runs where the FIFO pass does (one class queue a
+    port). A function of its own so that A/B runs can turn it off alone."""
+    return fifo_pass.applies(static)
+
+
+def drain_nics(params: Params, state: State, order, head, arrived, arrived_ps, used, window_end_ps, seen, free):
+    """The NIC pass (``ops/nic_pass.py``): every NIC's departures of the window that the
+    rounds would start, its new packets among them, on the wire at once, their counters,
+    queue watch and flows; the state, the ``Serving`` pointers ``head``, ``arrived`` (Q,),
+    ``arrived_ps`` (P,) and the free slots each host has taken ``used`` (H,) after them."""
+    rows, made, arrived_ps = nic_pass.drain(params, state, order, head, arrived, arrived_ps, window_end_ps, seen, free, used)
+    state = account_runs(params, state, runs.ran_of(rows))
+    state = state.replace(packets=leave_runs(params, state.packets, rows))
+    return nic_pass.create(params, state, made), head + rows.served, rows.ends, arrived_ps, used + made.count
 
 
 def _rounds(params: Params, serving: Serving, window_end_ps, order, free, upcoming, sending) -> Serving:

@@ -1,0 +1,258 @@
+"""The NIC pass: every NIC's departures of a window at its start, its new data packets
+among them, in a fixed number of rows, where a port's packets wait in one FIFO (no rival
+class queues: htsim's configuration, as for the FIFO pass, ``ops/fifo_pass.py``).
+
+A NIC port serves two candidates: the ACK at the head of its queue (nothing joins a queue
+while ports transmit, ``ops/queues.py``) and the packet its NIC offers, the next of one
+of its host's flows (``ops/nic.py``), which is created only when the port starts it. The
+ACK goes first when it can start no later than the offer could (``systems.transmit``'s
+``_nic_ack_first``); both wait for the port to fall free, not before the window start,
+and for PFC's release. What the port starts next depends only on the port (its queue,
+its host's flows, the PFC pauses seen at the window's start), so a NIC's window is known
+at its start as a recurrence over its departures: row after row, (H,) arrays, ``ROWS``
+rows unrolled (a bound known at compile time, the same for every experiment of a batch).
+
+After a new packet, the next offer is known in closed form where the host has one flow
+that may send (``nic.sendable_and_ready``) and its sender does not poll: it is that
+flow's next packet, ready when congestion control lets it go (``cc.next_send_ps``: back
+to back at line rate without CC, paced at the flow's rate otherwise, which nothing in a
+window changes) once its gate opens (``cc.open_gate_ps`` at its new count). Where a host
+has several, round robin may pick another flow once the port falls later: the pass stops
+that NIC at its second candidate offer (the rounds go on from there). A NIC also stops
+where a start is not exact (past a PFC pause seen from the window start), past the
+window's end, where its host has no free slot left (the rounds flag the pool full), where
+its queue's arrivals by a start are more than ``SEARCHED`` positions past those known, or
+after ``ROWS`` departures: the transmit rounds go on from there, exactly as they would
+have. On the htsim sweep's point a NIC starts 0-5 packets a window (a 720 ns packet
+every 1 us window, and the ACKs of the packets it receives).
+
+Every other field of a departure follows in closed form along the rows as in a run
+(``runs.link_fields``, ``runs.watch``); the packets' columns are written once for all rows
+(``create``: the new packets' own, ``transmit.leave_runs``: every departure's).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from multiverse_jax.components.experiment import Params, State
+from multiverse_jax.ops import cc, nic, pfc, port_view, queues
+from multiverse_jax.ops.packets import link_serialization_ps
+from multiverse_jax.ops.runs import WATCHED, Departures, Rows, arrived_within, latest, link_fields, watch
+from multiverse_jax.ops.segments import count_by
+from multiverse_jax.units import NEVER
+
+# Departures a NIC may start in the pass (R): a bound known at compile time. The htsim
+# sweep's point needs 0-5 a window (see above); a NIC with more goes on in the rounds.
+ROWS = 6
+# Positions past those known to have arrived that a row's search reads for the NIC's queue
+# just before its start (a fixed-depth binary search): a NIC's queue holds a few ACKs.
+SEARCHED = 16
+
+
+class Made(NamedTuple):
+    """The NICs' new packets of the pass: (N,) over the rows' cells (R x H, row-major),
+    or (H,) per host (all of one flow each: its first offer's)."""
+
+    slot: jnp.ndarray  # (N,) int32 the free slot each takes (n_slots: no new packet there)
+    flow: jnp.ndarray  # (N,) int32 its flow
+    seq: jnp.ndarray  # (N,) int32 its sequence number
+    wire_bytes: jnp.ndarray  # (N,) int32 its wire size
+    salt: jnp.ndarray  # (N,) uint32 its path salt
+    port_id: jnp.ndarray  # (N,) int32 the NIC port it leaves by (``PortParams.port_id``)
+    start_ps: jnp.ndarray  # (N,) int64 when it starts
+    host_flow: jnp.ndarray  # (H,) int32 the flow of the host's new packets
+    count: jnp.ndarray  # (H,) int32 how many the host made
+    next_send_ps: jnp.ndarray  # (H,) int64 when that flow may send again after the last (``cc.next_send_ps``)
+    last_send_ps: jnp.ndarray  # (H,) int64 the last one's start
+    flowlet: jnp.ndarray  # (H,) uint32 the flow's flowlet after it
+    dcqcn: object  # ``DcqcnState`` at the hosts' flows, (H,) each: after their sends (``cc.on_send``)
+
+
+def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, arrived_ps, window_end_ps, seen, free, used):
+    """Every NIC's departures at the window's start (``head`` (Q,): each queue's pointer;
+    ``end0`` (Q,): one past each queue's packets known to have arrived by the window start,
+    ``Serving.arrived``; ``arrived_ps`` (P,): ``Serving.arrived_ps``; ``seen``: the ports'
+    PFC pauses seen from the window start, ``pfc.seen_from``; ``free``: the window's
+    ``nic.FreeSlots``, of which each host has taken ``used`` (H,)). Returns a ``runs.Rows``
+    over the N = ``ROWS`` x H cells (``dep.sends`` where one leaves, ``dep.creates`` where
+    it is a new packet), the ``Made`` packets, and (P,) ``arrived_ps`` after them."""
+    static = params.static
+    n_hosts, n_positions, n_slots = static.n_hosts, order.slot.shape[0], static.n_slots
+    window_start_ps = window_end_ps - params.window_ps
+    port, real = port_view.nic_ports(params)  # (H,)
+    queue = queues.queue_of_class(static, port, static.first_queued_class)  # one class queue a port
+    queue_end = order.queue_end[queue]
+    first_offer = nic.of_class(nic.offer(params, state, window_start_ps, free, used), jnp.zeros(n_hosts, jnp.int32))
+    flow = first_offer.flow
+    sendable, _ = nic.sendable_and_ready(params, state)
+    follows = (count_by(sendable, params.flows.flow_src, n_hosts) == 1) & ~cc.polls(params)  # next offers known
+    fs = state.flows
+    sent_before, n_packets, begin_ps = fs.flow_sent_packets[flow], params.flows.flow_n_packets[flow], fs.flow_begin_ps[flow]
+    allow_bytes, gate_ps = state.cc.flow_gate_allow_bytes[flow], state.cc.flow_gate_ps[flow]  # (H, G)
+    seen_here = port_view.take(seen, port)
+    cc_here = jax.tree.map(lambda x: x[flow], state.cc)
+    # The recurrence's carry, (H,) each.
+    free_ps, position = state.ports.port_free_ps[port], head[queue]
+    offer_ps = jnp.where(real, first_offer.ready_ps, NEVER)  # when the offer is ready (0: unknown, no earlier than free)
+    going, sent_any = real, jnp.zeros(n_hosts, bool)
+    n_made = jnp.zeros(n_hosts, jnp.int32)
+    flowlet, last_send_ps, next_send_ps = fs.flow_flowlet[flow], fs.flow_last_send_ps[flow], fs.flow_next_send_ps[flow]
+    rows = []
+    for _ in range(ROWS):
+        free_from_ps = jnp.maximum(free_ps, window_start_ps)
+        in_queue = position < queue_end
+        at = jnp.minimum(position, n_positions - 1)
+        ack_ps = jnp.where(in_queue, order.time_ps[at], NEVER)
+        ack_start, ack_exact = _data_start(seen_here, jnp.maximum(free_from_ps, ack_ps))
+        offer_start, offer_exact = _data_start(seen_here, jnp.maximum(free_from_ps, offer_ps))
+        ack_first = in_queue & (ack_start <= offer_start)  # ties to the ACK
+        start = jnp.where(ack_first, ack_start, offer_start)
+        exact = (ack_exact | ~in_queue) & (offer_exact | (offer_ps == NEVER))
+        seq = sent_before + n_made
+        wire_bytes = jnp.where(ack_first, order.packet.wire_bytes[at], nic.data_wire_bytes(params, flow, seq))
+        ser_ps = link_serialization_ps(params, wire_bytes, port)
+        slot_index = used + n_made
+        new_slot = jnp.take_along_axis(free.slot, jnp.minimum(slot_index, free.slot.shape[1] - 1)[:, None], axis=1)[:, 0]
+        # The queue just before the departure, the ACK itself included: what arrived by its start from the pointer on.
+        low = jnp.maximum(position + ack_first.astype(position.dtype), end0[queue])
+        ends = arrived_within(order.time_ps, low, jnp.minimum(queue_end, low + SEARCHED), start, SEARCHED)
+        known = (ends < low + SEARCHED) | (ends >= queue_end)
+        queue_bytes = order.bytes_before[ends] - order.bytes_before[position]
+        offer_known = follows | ~sent_any  # several flows: round robin may pick another once the port falls later
+        sends = going & exact & known & (start < window_end_ps) & (ack_first | (offer_known & (slot_index < free.count)))
+        makes = sends & ~ack_first
+        new_flowlet = nic.next_flowlet(params, flowlet, last_send_ps, start)
+        rows.append(dict(
+            sends=sends, makes=makes, start=start, ser_ps=ser_ps, wire_bytes=wire_bytes, free_ps=free_ps, ends=ends,
+            available_ps=jnp.where(ack_first, ack_ps, jnp.maximum(offer_ps, free_from_ps)), queue_bytes=queue_bytes,
+            slot=jnp.where(ack_first, order.slot[at], new_slot), seq=seq, salt=nic.path_salt(params, seq, new_flowlet),
+            packet=jax.tree.map(lambda column: column[at], order.packet),
+        ))  # fmt: skip
+        # The port after the row; a new packet moves its flow on (its next offer, its bookkeeping).
+        going, sent_any = sends, sent_any | sends
+        free_ps = jnp.where(sends, start + ser_ps, free_ps)
+        position = position + (sends & ack_first).astype(position.dtype)
+        n_made = n_made + makes.astype(jnp.int32)
+        wire = wire_bytes.astype(jnp.int64)
+        flow_next_ps = cc.next_send_ps(params, state.cc, flow, start, ser_ps, wire)
+        gate_open_ps = cc.open_gate_ps(params, allow_bytes, gate_ps, sent_before + n_made)
+        more = (sent_before + n_made < n_packets) & (gate_open_ps != NEVER)
+        next_offer_ps = jnp.where(follows, jnp.where(more, jnp.maximum(jnp.maximum(begin_ps, flow_next_ps), gate_open_ps), NEVER), 0)
+        offer_ps = jnp.where(makes, next_offer_ps, offer_ps)
+        flowlet, last_send_ps = jnp.where(makes, new_flowlet, flowlet), jnp.where(makes, start, last_send_ps)
+        next_send_ps = jnp.where(makes, flow_next_ps, next_send_ps)
+        cc_here = cc.on_send(params, cc_here, makes, wire, start)
+    row = {key: jnp.stack([r[key] for r in rows]) for key in rows[0] if key != "packet"}  # (R, H) each
+    queued = jax.tree.map(lambda *columns: jnp.stack(columns), *[r["packet"] for r in rows])
+    makes, cells = row["makes"], row["makes"].size
+    made_flow = jnp.broadcast_to(flow, makes.shape)
+    # What a departure reads of its packet: the queued ACK's, or the new packet's (its arrival rank: its flow).
+    packet = queues.QueuedPacket(
+        queued.is_ack & ~makes, row["wire_bytes"], jnp.where(makes, made_flow, queued.rank), jnp.where(makes, made_flow, queued.flow),
+        jnp.where(makes, row["seq"], queued.seq), jnp.where(makes, 0, queued.hop),
+    )  # fmt: skip
+    dep = _departures(params, state.ports, row, packet, port)
+    made = Made(
+        jnp.where(makes, row["slot"], n_slots).reshape(cells), made_flow.reshape(cells), row["seq"].reshape(cells),
+        row["wire_bytes"].reshape(cells), row["salt"].reshape(cells),
+        jnp.broadcast_to(params.ports.port_id[port], makes.shape).reshape(cells), row["start"].reshape(cells),
+        flow, n_made, next_send_ps, last_send_ps, flowlet.astype(jnp.uint32), cc_here.dcqcn,
+    )  # fmt: skip
+    rows_out, arrived_ps = _rows(params, state.ports, dep, packet, row, port, real, queue, end0, arrived_ps)
+    return rows_out, made, arrived_ps
+
+
+def _data_start(seen, earliest_ps):
+    """When a data packet that could start at ``earliest_ps`` (H,) starts at a NIC (PFC
+    may hold it, ``seen`` at the NICs' ports): (H,) int64, and whether that is exact."""
+    return pfc.release_bound(*pfc.seen_at(seen, earliest_ps), earliest_ps)
+
+
+def _departures(params: Params, ports, row, packet: queues.QueuedPacket, port) -> Departures:
+    """(R, H) each: the ``Departures`` of the rows, their link and rank fields in closed form
+    along each NIC's rows (``runs.link_fields``, as ``runs.departures_behind``)."""
+
+    def before(values, base):  # the row before's, the port's at the first
+        return jnp.concatenate([base[None], values[:-1]])
+
+    base = (ports.port_last_arrival_ps[port], ports.port_last_scheduled_ps[port], ports.port_busy_rank[port], ports.port_train_rank[port])
+    arrival_ps, scheduled_ps, prior_ps, busy_rank, rank = link_fields(
+        params, row["start"], row["ser_ps"], port, row["free_ps"], row["available_ps"], packet.rank, before, latest, base
+    )
+    falses, zeros = jnp.zeros_like(row["sends"]), jnp.zeros_like(packet.flow)
+    return Departures(
+        row["start"], falses, zeros, row["sends"], ~packet.is_ack, row["makes"], falses, row["slot"], packet.wire_bytes,
+        row["ser_ps"], arrival_ps, scheduled_ps, prior_ps, busy_rank, rank,
+    )  # fmt: skip
+
+
+def _rows(params: Params, ports, dep: Departures, packet, row, port, real, queue, end0, arrived_ps):
+    """The rows (R, H) as a ``runs.Rows`` over their cells (what ``transmit.account_runs``
+    and ``transmit.leave_runs`` take): the NIC ports after their departures (``port_after``'s
+    fields at the last, the queue watch along them, ``runs.watch``), the ACKs each queue
+    sent, where its arrivals by its last departure end; and (P,) ``arrived_ps`` after them."""
+    static = params.static
+    n_ports, n_queues, cells = static.n_ports, static.n_queues, dep.sends.size
+    sends = dep.sends
+    n_sent = jnp.sum(sends, axis=0, dtype=jnp.int32)  # (H,)
+    last_row = jnp.maximum(n_sent - 1, 0)[None]
+    tx_bytes = ports.port_tx_bytes[port] + jnp.cumsum(jnp.where(sends, dep.wire_bytes, 0).astype(jnp.int64), axis=0)
+    watched, over = watch(
+        tuple(getattr(ports, name)[port] for name in WATCHED), params.ports.port_buffer_bytes[port], sends, dep.start,
+        row["queue_bytes"], dep.wire_bytes,
+    )  # fmt: skip
+    at_port = jnp.where(real, port, n_ports)  # a padding host's (another port's) is never written
+
+    def after(column, rows_column):  # (P,) a port field after its last departure
+        at_last = jnp.take_along_axis(jnp.concatenate([column[port][None], rows_column]), n_sent[None], axis=0)[0]
+        return column.at[at_port].set(at_last, mode="drop")
+
+    ports = ports.replace(
+        port_free_ps=after(ports.port_free_ps, dep.start + dep.ser_ps), port_tx_bytes=after(ports.port_tx_bytes, tx_bytes),
+        port_last_arrival_ps=after(ports.port_last_arrival_ps, dep.arrival_ps),
+        port_busy_rank=after(ports.port_busy_rank, dep.busy_rank), port_train_rank=after(ports.port_train_rank, dep.rank),
+        port_last_scheduled_ps=after(ports.port_last_scheduled_ps, dep.scheduled_ps),
+        **{name: getattr(ports, name).at[at_port].set(value, mode="drop") for name, value in zip(WATCHED, watched)},
+    )  # fmt: skip
+    sent_here = real & (n_sent > 0)
+    at_queue = jnp.where(real, queue, n_queues)
+    served = jnp.zeros(n_queues, jnp.int32).at[at_queue].add(jnp.sum(sends & ~dep.creates, axis=0, dtype=jnp.int32), mode="drop")
+    ends = end0.at[jnp.where(sent_here, queue, n_queues)].set(jnp.take_along_axis(row["ends"], last_row, axis=0)[0], mode="drop")
+    last_start = jnp.take_along_axis(dep.start, last_row, axis=0)[0]
+    arrived_ps = arrived_ps.at[jnp.where(sent_here, port, n_ports)].set(last_start, mode="drop")
+
+    def flat(x):
+        return x.reshape(cells)
+
+    cell_port = jnp.broadcast_to(port, sends.shape)
+    rows = Rows(jax.tree.map(flat, dep), flat(cell_port), jax.tree.map(flat, packet), flat(row["queue_bytes"]), flat(tx_bytes), ports, jnp.any(over), served, ends)
+    return rows, arrived_ps
+
+
+def create(params: Params, state: State, made: Made) -> State:
+    """The pass's new packets in the pool (what only a new packet has: ``nic.new_packets``;
+    ``transmit.leave_runs`` writes the rest), their flows moved on (packets sent, next send,
+    flowlet, DCQCN's byte counter) and their NICs' round-robin cursors (``nic.emit``'s, for
+    each host's last new packet)."""
+    packets = nic.new_packets(
+        params, state.packets, made.slot, made.flow, made.seq, made.wire_bytes, made.salt, made.port_id, made.start_ps
+    )
+    fs, made_any = state.flows, made.count > 0
+    target = jnp.where(made_any, made.host_flow, params.static.n_flows)  # a flow has one host: no collisions
+
+    def put(column, value):
+        return column.at[target].set(value.astype(column.dtype), mode="drop")
+
+    flows = fs.replace(
+        flow_sent_packets=fs.flow_sent_packets.at[target].add(made.count, mode="drop"),
+        flow_next_send_ps=jnp.where(cc.polls(params), fs.flow_next_send_ps, put(fs.flow_next_send_ps, made.next_send_ps)),
+        flow_last_send_ps=put(fs.flow_last_send_ps, made.last_send_ps),
+        flow_flowlet=put(fs.flow_flowlet, made.flowlet),
+    )
+    dcqcn = jax.tree.map(put, state.cc.dcqcn, made.dcqcn)
+    ports = state.ports.replace(port_rr_flow=nic.next_cursor(params, state, made.host_flow, made_any, made.last_send_ps))
+    return state.replace(packets=packets, flows=flows, cc=state.cc.replace(dcqcn=dcqcn), ports=ports)
