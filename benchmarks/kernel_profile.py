@@ -47,7 +47,7 @@ from multiverse_jax.systems import transmit
 from step_profile import transmit_rounds  # benchmarks/, run as a script
 
 PHASES = {  # the functions a transmit round calls, by module
-    transmit: ("class_heads", "start_times", "depart", "queue_at_end", "account", "leave", "nic_emit", "drain"),
+    transmit: ("class_heads", "start_times", "depart", "queue_at_end", "account", "leave", "nic_emit", "drain", "drain_nics", "nic_rounds"),
     queues: ("arrived_bytes", "at_head"),
     nic: ("offer", "emit"),
     runs: ("follow",),
@@ -130,7 +130,7 @@ def group_of(op_name: str, systems: list[str]) -> tuple[str, str]:
     system = next((p for p in reversed(parts) if p in systems), "(engine loop, copies)")
     phase = "/".join(p.removeprefix("phase:") for p in parts if p.startswith("phase:"))
     in_round = system == "transmit" and "while/body" in re.split(r"transmit\)?/", op_name, maxsplit=1)[-1]
-    return system, (phase or "serve_round itself") if in_round else ""
+    return system, (phase or "serve_round itself") if in_round else (phase and f"once: {phase}")
 
 
 def rounds_and_sends(params, state, n_windows: int):
@@ -219,7 +219,7 @@ def main() -> None:
         if event.get("ph") != "X" or CONTAINERS.match(event["name"]):
             continue
         system, phase = group_of(names.get(event["name"], ""), systems)
-        size = ("in a round" if phase else "once a window", size_class(entries.get(event["name"], 0)))
+        size = ("in a round" if phase and not phase.startswith("once: ") else "once a window", size_class(entries.get(event["name"], 0)))
         for (us, calls), key in ((by_system, system), (by_phase, phase), (by_size, size), (by_kernel, event["name"])):
             if key:
                 us[key] += event.get("dur", 0)

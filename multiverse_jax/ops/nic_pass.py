@@ -101,36 +101,32 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     going, sent_any = real, jnp.zeros(n_hosts, bool)
     n_made = jnp.zeros(n_hosts, jnp.int32)
     flowlet, last_send_ps, next_send_ps = fs.flow_flowlet[flow], fs.flow_last_send_ps[flow], fs.flow_next_send_ps[flow]
-    rows = []
+    dcqcn = cc_here.dcqcn
+    rows, carried = [], []
     for _ in range(ROWS):
+        # What the port starts next (``transmit.class_heads`` and ``start_times`` at a NIC): its
+        # queue's head (an ACK) or its offer, the earlier start, ties to the ACK.
         free_from_ps = jnp.maximum(free_ps, window_start_ps)
         in_queue = position < queue_end
         at = jnp.minimum(position, n_positions - 1)
         ack_ps = jnp.where(in_queue, order.time_ps[at], NEVER)
         ack_start, ack_exact = _data_start(seen_here, jnp.maximum(free_from_ps, ack_ps))
         offer_start, offer_exact = _data_start(seen_here, jnp.maximum(free_from_ps, offer_ps))
-        ack_first = in_queue & (ack_start <= offer_start)  # ties to the ACK
+        ack_first = in_queue & (ack_start <= offer_start)
         start = jnp.where(ack_first, ack_start, offer_start)
         exact = (ack_exact | ~in_queue) & (offer_exact | (offer_ps == NEVER))
         seq = sent_before + n_made
         wire_bytes = jnp.where(ack_first, order.packet.wire_bytes[at], nic.data_wire_bytes(params, flow, seq))
         ser_ps = link_serialization_ps(params, wire_bytes, port)
-        slot_index = used + n_made
-        new_slot = jnp.take_along_axis(free.slot, jnp.minimum(slot_index, free.slot.shape[1] - 1)[:, None], axis=1)[:, 0]
-        # The queue just before the departure, the ACK itself included: what arrived by its start from the pointer on.
-        low = jnp.maximum(position + ack_first.astype(position.dtype), end0[queue])
-        ends = arrived_within(order.time_ps, low, jnp.minimum(queue_end, low + SEARCHED), start, SEARCHED)
-        known = (ends < low + SEARCHED) | (ends >= queue_end)
-        queue_bytes = order.bytes_before[ends] - order.bytes_before[position]
         offer_known = follows | ~sent_any  # several flows: round robin may pick another once the port falls later
-        sends = going & exact & known & (start < window_end_ps) & (ack_first | (offer_known & (slot_index < free.count)))
+        # Sent if nothing stops it here (the searches for its queue, after the rows, may yet).
+        sends = going & exact & (start < window_end_ps) & (ack_first | (offer_known & (used + n_made < free.count)))
         makes = sends & ~ack_first
         new_flowlet = nic.next_flowlet(params, flowlet, last_send_ps, start)
         rows.append(dict(
-            sends=sends, makes=makes, start=start, ser_ps=ser_ps, wire_bytes=wire_bytes, free_ps=free_ps, ends=ends,
-            available_ps=jnp.where(ack_first, ack_ps, jnp.maximum(offer_ps, free_from_ps)), queue_bytes=queue_bytes,
-            slot=jnp.where(ack_first, order.slot[at], new_slot), seq=seq, salt=nic.path_salt(params, seq, new_flowlet),
-            packet=jax.tree.map(lambda column: column[at], order.packet),
+            sends=sends, ack_first=ack_first, start=start, ser_ps=ser_ps, wire_bytes=wire_bytes, free_ps=free_ps,
+            position=position, made_before=n_made, seq=seq, salt=nic.path_salt(params, seq, new_flowlet),
+            available_ps=jnp.where(ack_first, ack_ps, jnp.maximum(offer_ps, free_from_ps)),
         ))  # fmt: skip
         # The port after the row; a new packet moves its flow on (its next offer, its bookkeeping).
         going, sent_any = sends, sent_any | sends
@@ -145,25 +141,52 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
         offer_ps = jnp.where(makes, next_offer_ps, offer_ps)
         flowlet, last_send_ps = jnp.where(makes, new_flowlet, flowlet), jnp.where(makes, start, last_send_ps)
         next_send_ps = jnp.where(makes, flow_next_ps, next_send_ps)
-        cc_here = cc.on_send(params, cc_here, makes, wire, start)
-    row = {key: jnp.stack([r[key] for r in rows]) for key in rows[0] if key != "packet"}  # (R, H) each
-    queued = jax.tree.map(lambda *columns: jnp.stack(columns), *[r["packet"] for r in rows])
-    makes, cells = row["makes"], row["makes"].size
+        dcqcn = cc.on_send(params, cc_here.replace(dcqcn=dcqcn), makes, wire, start).dcqcn
+        carried.append((n_made, next_send_ps, last_send_ps, flowlet, dcqcn))
+    row = {key: jnp.stack([r[key] for r in rows]) for key in rows[0]}  # (R, H) each
+    # Per row, at once: what the port's queue holds just before it, the ACK itself included
+    # (what arrived by its start from the pointer on), found by a search past the packets
+    # known to have arrived; where the search cannot tell, the NIC stops there.
+    position, ack_first, start = row["position"], row["ack_first"], row["start"]
+    low = jnp.maximum(position + ack_first.astype(position.dtype), end0[queue])
+    ends = arrived_within(order.time_ps, low, jnp.minimum(queue_end, low + SEARCHED), start, SEARCHED)
+    known = (ends < low + SEARCHED) | (ends >= queue_end)
+    sends = row["sends"] & (jnp.cumsum(row["sends"] & ~known, axis=0) == 0)  # a prefix of each NIC's rows
+    makes, n_sent, cells = sends & ~ack_first, jnp.sum(sends, axis=0, dtype=jnp.int32), sends.size
+    n_made, next_send_ps, last_send_ps, flowlet, dcqcn = _after(
+        (jnp.zeros(n_hosts, jnp.int32), fs.flow_next_send_ps[flow], fs.flow_last_send_ps[flow], fs.flow_flowlet[flow], cc_here.dcqcn),
+        carried, n_sent,
+    )  # fmt: skip
+    at = jnp.minimum(position, n_positions - 1)
+    queued = jax.tree.map(lambda column: column[at], order.packet)
+    new_slot = jnp.take_along_axis(free.slot, jnp.minimum(used[:, None] + row["made_before"].T, free.slot.shape[1] - 1), axis=1).T
     made_flow = jnp.broadcast_to(flow, makes.shape)
     # What a departure reads of its packet: the queued ACK's, or the new packet's (its arrival rank: its flow).
     packet = queues.QueuedPacket(
         queued.is_ack & ~makes, row["wire_bytes"], jnp.where(makes, made_flow, queued.rank), jnp.where(makes, made_flow, queued.flow),
         jnp.where(makes, row["seq"], queued.seq), jnp.where(makes, 0, queued.hop),
     )  # fmt: skip
+    row.update(sends=sends, makes=makes, ends=ends, slot=jnp.where(makes, new_slot, order.slot[at]))
+    row["queue_bytes"] = order.bytes_before[ends] - order.bytes_before[position]
     dep = _departures(params, state.ports, row, packet, port)
     made = Made(
-        jnp.where(makes, row["slot"], n_slots).reshape(cells), made_flow.reshape(cells), row["seq"].reshape(cells),
+        jnp.where(makes, new_slot, n_slots).reshape(cells), made_flow.reshape(cells), row["seq"].reshape(cells),
         row["wire_bytes"].reshape(cells), row["salt"].reshape(cells),
-        jnp.broadcast_to(params.ports.port_id[port], makes.shape).reshape(cells), row["start"].reshape(cells),
-        flow, n_made, next_send_ps, last_send_ps, flowlet.astype(jnp.uint32), cc_here.dcqcn,
+        jnp.broadcast_to(params.ports.port_id[port], makes.shape).reshape(cells), start.reshape(cells),
+        flow, n_made, next_send_ps, last_send_ps, flowlet.astype(jnp.uint32), dcqcn,
     )  # fmt: skip
     rows_out, arrived_ps = _rows(params, state.ports, dep, packet, row, port, real, queue, end0, arrived_ps)
     return rows_out, made, arrived_ps
+
+
+def _after(initial, carried, n_rows):
+    """Each of ``initial`` (pytrees of (H,) arrays) after each host's first ``n_rows`` (H,)
+    rows, from its value after every row, ``carried`` (a list of R such pytrees)."""
+
+    def pick(first, *per_row):
+        return jnp.take_along_axis(jnp.stack((first,) + per_row), n_rows[None], axis=0)[0]
+
+    return jax.tree.map(pick, initial, *carried)
 
 
 def _data_start(seen, earliest_ps):
