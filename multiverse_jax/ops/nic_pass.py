@@ -48,6 +48,13 @@ from multiverse_jax.units import NEVER
 # Departures a NIC may start in the pass (R): a bound known at compile time. The htsim
 # sweep's point needs 0-5 a window (see above); a NIC with more goes on in the rounds.
 ROWS = 6
+# ACKs a NIC may start back to back before its rows, where they wait as its port falls
+# free (``_waiting_acks``): a backlog PFC held, 20-30 ACKs on the htsim sweep's point.
+WAITING = 32
+# Cells the pass's departures are written from, all NICs together (a scatter's cost on a CPU
+# is per entry written, dropped or not: not the W + R rows of every NIC). A window of the
+# htsim sweep's point sends ~80; a NIC whose departures do not fit goes on in the rounds.
+CELLS = 256
 # Positions past those known to have arrived that a row's search reads for the NIC's queue
 # just before its start (a fixed-depth binary search): a NIC's queue holds a few ACKs.
 SEARCHED = 16
@@ -98,7 +105,10 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     # The recurrence's carry, (H,) each.
     free_ps, position = state.ports.port_free_ps[port], head[queue]
     offer_ps = jnp.where(real, first_offer.ready_ps, NEVER)  # when the offer is ready (0: unknown, no earlier than free)
-    going, sent_any = real, jnp.zeros(n_hosts, bool)
+    waiting, n_waiting = _waiting_acks(params, order, position, queue_end, free_ps, window_start_ps, window_end_ps, seen_here, port, real, sent_before)
+    free_ps = jnp.where(n_waiting > 0, jnp.take_along_axis(waiting["start"] + waiting["ser_ps"], jnp.maximum(n_waiting - 1, 0)[None], axis=0)[0], free_ps)
+    position = position + n_waiting
+    going, sent_any = real, n_waiting > 0
     n_made = jnp.zeros(n_hosts, jnp.int32)
     flowlet, last_send_ps, next_send_ps = fs.flow_flowlet[flow], fs.flow_last_send_ps[flow], fs.flow_next_send_ps[flow]
     dcqcn = cc_here.dcqcn
@@ -144,6 +154,7 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
         dcqcn = cc.on_send(params, cc_here.replace(dcqcn=dcqcn), makes, wire, start).dcqcn
         carried.append((n_made, next_send_ps, last_send_ps, flowlet, dcqcn))
     row = {key: jnp.stack([r[key] for r in rows]) for key in rows[0]}  # (R, H) each
+    row = _after_waiting(waiting, n_waiting, row)  # (W + R, H) each: each NIC's waiting ACKs, then its rows
     # Per row, at once: what the port's queue holds just before it, the ACK itself included
     # (what arrived by its start from the pointer on), found by a search past the packets
     # known to have arrived; where the search cannot tell, the NIC stops there.
@@ -152,10 +163,15 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     ends = arrived_within(order.time_ps, low, jnp.minimum(queue_end, low + SEARCHED), start, SEARCHED)
     known = (ends < low + SEARCHED) | (ends >= queue_end)
     sends = row["sends"] & (jnp.cumsum(row["sends"] & ~known, axis=0) == 0)  # a prefix of each NIC's rows
-    makes, n_sent, cells = sends & ~ack_first, jnp.sum(sends, axis=0, dtype=jnp.int32), sends.size
+    # The departures are written from ``CELLS`` cells: row after row, those that fit (a prefix of each NIC's).
+    sent_before_cell = jnp.cumsum(sends.reshape(-1), dtype=jnp.int32).reshape(sends.shape)
+    sends = sends & (sent_before_cell <= CELLS)
+    cell = jnp.searchsorted(sent_before_cell.reshape(-1), jnp.arange(1, CELLS + 1, dtype=jnp.int32), side="left", method="scan_unrolled")
+    cell = jnp.minimum(cell, sends.size - 1).astype(jnp.int32), jnp.arange(CELLS) < jnp.sum(sends)  # (CELLS,) each: where, and a departure
+    makes, n_sent = sends & ~ack_first, jnp.sum(sends, axis=0, dtype=jnp.int32)
     n_made, next_send_ps, last_send_ps, flowlet, dcqcn = _after(
         (jnp.zeros(n_hosts, jnp.int32), fs.flow_next_send_ps[flow], fs.flow_last_send_ps[flow], fs.flow_flowlet[flow], cc_here.dcqcn),
-        carried, n_sent,
+        carried, jnp.maximum(n_sent - n_waiting, 0),
     )  # fmt: skip
     at = jnp.minimum(position, n_positions - 1)
     queued = jax.tree.map(lambda column: column[at], order.packet)
@@ -169,14 +185,71 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     row.update(sends=sends, makes=makes, ends=ends, slot=jnp.where(makes, new_slot, order.slot[at]))
     row["queue_bytes"] = order.bytes_before[ends] - order.bytes_before[position]
     dep = _departures(params, state.ports, row, packet, port)
+    at_cells = _at_cells(cell)
     made = Made(
-        jnp.where(makes, new_slot, n_slots).reshape(cells), made_flow.reshape(cells), row["seq"].reshape(cells),
-        row["wire_bytes"].reshape(cells), row["salt"].reshape(cells),
-        jnp.broadcast_to(params.ports.port_id[port], makes.shape).reshape(cells), start.reshape(cells),
-        flow, n_made, next_send_ps, last_send_ps, flowlet.astype(jnp.uint32), dcqcn,
+        at_cells(jnp.where(makes, new_slot, n_slots), n_slots), at_cells(made_flow), at_cells(row["seq"]),
+        at_cells(row["wire_bytes"]), at_cells(row["salt"]), at_cells(jnp.broadcast_to(params.ports.port_id[port], makes.shape)),
+        at_cells(start), flow, n_made, next_send_ps, last_send_ps, flowlet.astype(jnp.uint32), dcqcn,
     )  # fmt: skip
-    rows_out, arrived_ps = _rows(params, state.ports, dep, packet, row, port, real, queue, end0, arrived_ps)
+    rows_out, arrived_ps = _rows(params, state.ports, dep, packet, row, port, real, queue, end0, arrived_ps, at_cells)
     return rows_out, made, arrived_ps
+
+
+def _waiting_acks(params: Params, order, position, queue_end, free_ps, window_start_ps, window_end_ps, seen, port, real, seq):
+    """The ACKs a NIC starts first, back to back, as its port falls free: those at the head of
+    its queue (from ``position`` (H,), before ``queue_end``), up to ``WAITING``, each arrived
+    by the time the port reaches it. Such an ACK starts when the port falls free, no later
+    than any offer could, so it goes first (ties to the ACK); a backlog of ACKs a PFC pause
+    held is sent so at once, not one a row. With C_i the serialisations before ACK i, it
+    starts at C_i + the port's first free instant (its free time, not before the window
+    start, nor before a pause in effect ends), while that is before the window's end and
+    the port's next pause (``pfc.seen_at``). Returns the rows ((W, H) each, as the
+    recurrence's, ``sends`` a prefix) and (H,) how many start."""
+    n_positions = order.slot.shape[0]
+    free_from_ps = jnp.maximum(free_ps, window_start_ps)
+    held_until_ps, next_pause_ps = pfc.seen_at(seen, free_from_ps)
+    position_k = position + jnp.arange(WAITING, dtype=position.dtype)[:, None]  # (W, H)
+    in_queue = position_k < queue_end
+    at = jnp.minimum(position_k, n_positions - 1)
+    arrival_ps = jnp.where(in_queue, order.time_ps[at], NEVER)
+    wire_bytes = order.packet.wire_bytes[at]
+    ser_ps = link_serialization_ps(params, wire_bytes, port)
+    start = jnp.maximum(free_from_ps, held_until_ps) + jnp.cumsum(ser_ps, axis=0) - ser_ps
+    ok = real & in_queue & (arrival_ps <= start) & (start < window_end_ps) & (start < next_pause_ps)
+    sends = jnp.cumsum(~ok, axis=0) == 0
+    zeros = jnp.zeros_like(position_k)
+    rows = dict(
+        sends=sends, ack_first=jnp.ones_like(sends), start=start, ser_ps=ser_ps, wire_bytes=wire_bytes,
+        free_ps=jnp.concatenate([free_ps[None], (start + ser_ps)[:-1]]), position=position_k, made_before=zeros,
+        seq=jnp.broadcast_to(seq, zeros.shape), salt=zeros.astype(jnp.uint32), available_ps=arrival_ps,
+    )  # fmt: skip
+    return rows, jnp.sum(sends, axis=0, dtype=position.dtype)
+
+
+def _after_waiting(waiting, n_waiting, row):
+    """The rows of each NIC, (W + R, H) each: its ``n_waiting`` (H,) waiting ACKs (of
+    ``waiting``, (W, H) each), then its recurrence's rows (``row``, (R, H) each), then none."""
+    n_waiting_rows, n_rows = waiting["sends"].shape[0], row["sends"].shape[0]
+    k = jnp.arange(n_waiting_rows + n_rows)[:, None]
+    index = jnp.minimum(jnp.where(k < n_waiting, k, n_waiting_rows + k - n_waiting), n_waiting_rows + n_rows - 1)
+    joined = {key: jnp.take_along_axis(jnp.concatenate([waiting[key], row[key]]), index, axis=0) for key in row}
+    joined["sends"] = joined["sends"] & (k < n_waiting + n_rows)
+    return joined
+
+
+def _at_cells(cell):
+    """A function that takes an (R, H) array's entries at the ``CELLS`` cells ``cell`` =
+    ((CELLS,) int32 their row-major index, (CELLS,) bool a departure there): where none,
+    ``fill`` (False for the departures' ``sends``)."""
+    index, valid = cell
+
+    def at_cells(x, fill=None):
+        taken = x.reshape(-1)[index]
+        if x.dtype == jnp.bool_:
+            return taken & valid
+        return taken if fill is None else jnp.where(valid, taken, fill)
+
+    return at_cells
 
 
 def _after(initial, carried, n_rows):
@@ -213,13 +286,13 @@ def _departures(params: Params, ports, row, packet: queues.QueuedPacket, port) -
     )  # fmt: skip
 
 
-def _rows(params: Params, ports, dep: Departures, packet, row, port, real, queue, end0, arrived_ps):
+def _rows(params: Params, ports, dep: Departures, packet, row, port, real, queue, end0, arrived_ps, at_cells):
     """The rows (R, H) as a ``runs.Rows`` over their cells (what ``transmit.account_runs``
     and ``transmit.leave_runs`` take): the NIC ports after their departures (``port_after``'s
     fields at the last, the queue watch along them, ``runs.watch``), the ACKs each queue
     sent, where its arrivals by its last departure end; and (P,) ``arrived_ps`` after them."""
     static = params.static
-    n_ports, n_queues, cells = static.n_ports, static.n_queues, dep.sends.size
+    n_ports, n_queues = static.n_ports, static.n_queues
     sends = dep.sends
     n_sent = jnp.sum(sends, axis=0, dtype=jnp.int32)  # (H,)
     last_row = jnp.maximum(n_sent - 1, 0)[None]
@@ -248,11 +321,9 @@ def _rows(params: Params, ports, dep: Departures, packet, row, port, real, queue
     last_start = jnp.take_along_axis(dep.start, last_row, axis=0)[0]
     arrived_ps = arrived_ps.at[jnp.where(sent_here, port, n_ports)].set(last_start, mode="drop")
 
-    def flat(x):
-        return x.reshape(cells)
-
     cell_port = jnp.broadcast_to(port, sends.shape)
-    rows = Rows(jax.tree.map(flat, dep), flat(cell_port), jax.tree.map(flat, packet), flat(row["queue_bytes"]), flat(tx_bytes), ports, jnp.any(over), served, ends)
+    cells = jax.tree.map(at_cells, (dep._replace(sends=sends), cell_port, packet, row["queue_bytes"], tx_bytes))
+    rows = Rows(*cells, ports, jnp.any(over), served, ends)
     return rows, arrived_ps
 
 
