@@ -149,6 +149,7 @@ def _by_backend(static: Static, experiments) -> Static:
         static, prefix_columns=outer, prefix_inner_columns=inner, prefix_per_host=per_host,
         long_runs=_by_backend_choice([e.sim.long_runs for e in experiments], on_cpu),
         fifo_pass=_by_backend_choice([e.sim.fifo_pass for e in experiments], on_cpu),
+        nic_pass=_by_backend_choice([e.sim.nic_pass for e in experiments], on_cpu),
         run_packets=_run_packets(experiments, single_class=on_cpu and not static.rival_classes),
         run_ports=RUN_PORTS_SINGLE_CLASS if on_cpu and not static.rival_classes else 0,
     )  # fmt: skip
@@ -160,8 +161,8 @@ def _priorities(experiments) -> int:
 
 
 def _by_backend_choice(asked, on_cpu: bool) -> bool:
-    """``Static.long_runs`` or ``fifo_pass`` from the experiments' ``sim.long_runs`` or
-    ``sim.fifo_pass`` (``asked``): on where one asks ``always``, else off where one asks
+    """``Static.long_runs``, ``fifo_pass`` or ``nic_pass`` from the experiments' ``sim.long_runs``,
+    ``sim.fifo_pass`` or ``sim.nic_pass`` (``asked``): on where one asks ``always``, else off where one asks
     ``never``, else (``auto``) off the CPU only."""
     return ByBackend.always in asked or (ByBackend.never not in asked and not on_cpu)
 
@@ -235,7 +236,7 @@ def build_batch(
                 f"but this batch runs sim.mode={'flow' if needed.flow_level else 'packet or hybrid'}"
             )
         # Not shapes an experiment needs (ops/pool.py, systems/transmit.py, engine.py).
-        choices = {"prefix_columns", "prefix_inner_columns", "prefix_per_host", "run_packets", "run_ports", "long_runs", "lockstep_experiments", "fifo_pass"}
+        choices = {"prefix_columns", "prefix_inner_columns", "prefix_per_host", "run_packets", "run_ports", "long_runs", "lockstep_experiments", "fifo_pass", "nic_pass"}
         small = [
             f.name for f in dataclasses.fields(Static)
             if f.name not in choices and getattr(static, f.name) < getattr(needed, f.name)

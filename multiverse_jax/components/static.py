@@ -76,6 +76,9 @@ class Static:
     #   pass at its start (``ops/fifo_pass.py``), the rounds serving the NICs and the ports it stops at a PFC pause;
     #   the rounds after the last in which a switch port sends run over the NICs' ports alone (``transmit.nic_rounds``).
     #   ``build_batch`` sets it off the CPU unless ``sim.fifo_pass`` asks (as ``long_runs``). A choice, not a shape
+    nic_pass: bool = False  # with ``fifo_pass``, every NIC's departures of a window, its new packets among them, in a
+    #   fixed number of rows at its start (``ops/nic_pass.py``), the rounds going on where it stops. ``build_batch``
+    #   sets it off the CPU unless ``sim.nic_pass`` asks (as ``long_runs``). A choice, not a shape
     lockstep_experiments: int = 0  # B: experiments a vmap batch steps in lockstep at once, in B lanes that each take
     #   the next experiment when theirs stops (``engine.lockstep_lanes``; 0: by backend, the whole batch on an
     #   accelerator, a cache's worth of pools on a CPU). A choice, not a shape

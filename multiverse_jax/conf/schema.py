@@ -152,7 +152,7 @@ class Batching(enum.StrEnum):
 
 
 class ByBackend(enum.StrEnum):
-    """A step choice that cuts a window's kernels (sim.long_runs, sim.fifo_pass)."""
+    """A step choice that cuts a window's kernels (sim.long_runs, sim.fifo_pass, sim.nic_pass)."""
 
     auto = "auto"  # on an accelerator, off on a CPU
     always = "always"
@@ -589,6 +589,13 @@ class SimConfig(Group):
     # more than most runs save; set always for long CPU sweeps); always | never, as sim.long_runs.
     # Same results, bit for bit
     fifo_pass: ByBackend = ByBackend.auto
+    # The NIC pass (ops/nic_pass.py), with the FIFO pass: every NIC's departures of a window, its new
+    # packets among them, in a fixed number of rows at its start (the ACKs waiting as its port falls free
+    # back to back, then up to 6 one by one), the rounds going on where it stops: on the htsim sweep's
+    # point 0.3 rounds a window instead of 3.4. auto: on an accelerator (not yet measured on a GPU), off
+    # on a CPU, where its rows' work costs more than the rounds it saves (a window 1.2-1.3x as long,
+    # benchmarks/HISTORY.md, stop 63); always | never, as sim.long_runs. Same results, bit for bit
+    nic_pass: ByBackend = ByBackend.auto
     # sim.batching=vmap: experiments stepped in lockstep at once, in lanes that each take the next
     # experiment when theirs stops (engine.lockstep_lanes; the largest of a batch): 0 chooses, the
     # whole batch on an accelerator, a cache's worth of packet pools on a CPU. Same results, bit for bit

@@ -50,7 +50,7 @@ from multiverse_jax.units import NEVER
 ROWS = 6
 # ACKs a NIC may start back to back before its rows, where they wait as its port falls
 # free (``_waiting_acks``): a backlog PFC held, 20-30 ACKs on the htsim sweep's point.
-WAITING = 32
+WAITING = 16
 # Cells the pass's departures are written from, all NICs together (a scatter's cost on a CPU
 # is per entry written, dropped or not: not the W + R rows of every NIC). A window of the
 # htsim sweep's point sends ~80; a NIC whose departures do not fit goes on in the rounds.
@@ -162,9 +162,10 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     low = jnp.maximum(position + ack_first.astype(position.dtype), end0[queue])
     ends = arrived_within(order.time_ps, low, jnp.minimum(queue_end, low + SEARCHED), start, SEARCHED)
     known = (ends < low + SEARCHED) | (ends >= queue_end)
-    sends = row["sends"] & (jnp.cumsum(row["sends"] & ~known, axis=0) == 0)  # a prefix of each NIC's rows
+    sends = row["sends"] & (_cumsum_rows((row["sends"] & ~known).astype(jnp.int32)) == 0)  # a prefix of each NIC's rows
     # The departures are written from ``CELLS`` cells: row after row, those that fit (a prefix of each NIC's).
-    sent_before_cell = jnp.cumsum(sends.reshape(-1), dtype=jnp.int32).reshape(sends.shape)
+    in_row = jax.lax.associative_scan(jnp.add, sends.astype(jnp.int32), axis=1)  # row-major: along the row, then rows before
+    sent_before_cell = in_row + (_cumsum_rows(in_row[:, -1]) - in_row[:, -1])[:, None]
     sends = sends & (sent_before_cell <= CELLS)
     cell = jnp.searchsorted(sent_before_cell.reshape(-1), jnp.arange(1, CELLS + 1, dtype=jnp.int32), side="left", method="scan_unrolled")
     cell = jnp.minimum(cell, sends.size - 1).astype(jnp.int32), jnp.arange(CELLS) < jnp.sum(sends)  # (CELLS,) each: where, and a departure
@@ -214,9 +215,9 @@ def _waiting_acks(params: Params, order, position, queue_end, free_ps, window_st
     arrival_ps = jnp.where(in_queue, order.time_ps[at], NEVER)
     wire_bytes = order.packet.wire_bytes[at]
     ser_ps = link_serialization_ps(params, wire_bytes, port)
-    start = jnp.maximum(free_from_ps, held_until_ps) + jnp.cumsum(ser_ps, axis=0) - ser_ps
+    start = jnp.maximum(free_from_ps, held_until_ps) + _cumsum_rows(ser_ps) - ser_ps
     ok = real & in_queue & (arrival_ps <= start) & (start < window_end_ps) & (start < next_pause_ps)
-    sends = jnp.cumsum(~ok, axis=0) == 0
+    sends = _cumsum_rows((~ok).astype(jnp.int32)) == 0
     zeros = jnp.zeros_like(position_k)
     rows = dict(
         sends=sends, ack_first=jnp.ones_like(sends), start=start, ser_ps=ser_ps, wire_bytes=wire_bytes,
@@ -235,6 +236,12 @@ def _after_waiting(waiting, n_waiting, row):
     joined = {key: jnp.take_along_axis(jnp.concatenate([waiting[key], row[key]]), index, axis=0) for key in row}
     joined["sends"] = joined["sends"] & (k < n_waiting + n_rows)
     return joined
+
+
+def _cumsum_rows(x):
+    """The cumulative sum of ``x`` along its rows (axis 0) as an associative scan: XLA's CPU
+    cumsum is a reduce-window, whose work grows with the square of the rows."""
+    return jax.lax.associative_scan(jnp.add, x, axis=0)
 
 
 def _at_cells(cell):
@@ -296,7 +303,7 @@ def _rows(params: Params, ports, dep: Departures, packet, row, port, real, queue
     sends = dep.sends
     n_sent = jnp.sum(sends, axis=0, dtype=jnp.int32)  # (H,)
     last_row = jnp.maximum(n_sent - 1, 0)[None]
-    tx_bytes = ports.port_tx_bytes[port] + jnp.cumsum(jnp.where(sends, dep.wire_bytes, 0).astype(jnp.int64), axis=0)
+    tx_bytes = ports.port_tx_bytes[port] + _cumsum_rows(jnp.where(sends, dep.wire_bytes, 0).astype(jnp.int64))
     watched, over = watch(
         tuple(getattr(ports, name)[port] for name in WATCHED), params.ports.port_buffer_bytes[port], sends, dep.start,
         row["queue_bytes"], dep.wire_bytes,

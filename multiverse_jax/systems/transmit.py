@@ -477,9 +477,10 @@ def drain(params: Params, state: State, order, head, arrived, arrived_ps, window
 
 
 def nic_pass_applies(static) -> bool:
-    """The NIC pass (``ops/nic_pass.py``) runs where the FIFO pass does (one class queue a
-    port). A function of its own so that A/B runs can turn it off alone."""
-    return fifo_pass.applies(static)
+    """The NIC pass (``ops/nic_pass.py``) runs where a batch has it (``Static.nic_pass``) and
+    the FIFO pass runs (one class queue a port). A function of its own so that A/B runs can
+    turn it off alone."""
+    return static.nic_pass and fifo_pass.applies(static)
 
 
 def drain_nics(params: Params, state: State, order, head, arrived, arrived_ps, used, window_end_ps, seen, free):
