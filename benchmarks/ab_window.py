@@ -115,7 +115,7 @@ def main() -> None:
 
     module, other = importlib.import_module(args.module), load_file(args.other_file)
     names = args.functions.split(",")
-    batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host, args.ack_class, args.mode, args.fifo_pass)
+    batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host, args.ack_class, args.mode, args.fifo_pass, args.nic_pass)
     warm = jax.block_until_ready(engine.advance(batch.params, batch.state, args.warm_windows))
     programs = {
         "current": compile_with(module, {name: getattr(module, name) for name in names}, batch.params, warm, args.windows),

@@ -70,16 +70,19 @@ def scope_phases() -> None:
             setattr(module, name, scoped)
 
 
-def sweep_point(k: int, flow_bytes: int, slots_per_host: int, ack_class: str = "data", mode: str = "roce", fifo_pass: str = "auto"):
+def sweep_point(
+    k: int, flow_bytes: int, slots_per_host: int, ack_class: str = "data", mode: str = "roce", fifo_pass: str = "auto",
+    nic_pass: str = "auto",
+):
     """The htsim sweep's point (htsim's configuration: ACKs queue with data), or with
     ``ack_class="control"`` this project's default of ACKs in a control class of their own;
-    ``mode``: htsim's ``roce`` (no congestion control, PFC) or ``hpcc``; ``fifo_pass``:
-    ``sim.fifo_pass``."""
+    ``mode``: htsim's ``roce`` (no congestion control, PFC) or ``hpcc``; ``fifo_pass``,
+    ``nic_pass``: ``sim.fifo_pass``, ``sim.nic_pass``."""
     net = htsim.HtsimNetwork(k=k)
     folder = Path(tempfile.mkdtemp())
     cfg = htsim.our_config(net, mode, permutation(0, net.n_hosts, flow_bytes).write(folder / "p.cm"))
     cfg["packet"]["ack_class"] = ack_class
-    cfg.setdefault("sim", {})["fifo_pass"] = fifo_pass
+    cfg.setdefault("sim", {}).update(fifo_pass=fifo_pass, nic_pass=nic_pass)
     return build_batch([experiment_from_config(cfg)], slots_per_host=slots_per_host)
 
 
@@ -90,6 +93,7 @@ def point_arguments(parser) -> None:
     parser.add_argument("--flow-bytes", type=int, default=4_000_000)
     parser.add_argument("--slots-per-host", type=int, default=512)
     parser.add_argument("--fifo-pass", default="auto", choices=("auto", "always", "never"), help="sim.fifo_pass (auto: off on a CPU)")
+    parser.add_argument("--nic-pass", default="auto", choices=("auto", "always", "never"), help="sim.nic_pass (auto: off on a CPU)")
 
 
 def op_names(compiled_text: str) -> dict[str, str]:
@@ -187,7 +191,7 @@ def main() -> None:
     args = parser.parse_args()
 
     scope_phases()
-    batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host, fifo_pass=args.fifo_pass)
+    batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host, fifo_pass=args.fifo_pass, nic_pass=args.nic_pass)
     warm = engine.advance(batch.params, batch.state, args.warm_windows)
     n = args.windows
     program = engine.lower_advance(batch.params, warm, n).compile()

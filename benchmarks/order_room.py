@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     trace = []
     record_service_orders(trace)
-    batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host, fifo_pass=args.fifo_pass)
+    batch = sweep_point(args.k, args.flow_bytes, args.slots_per_host, fifo_pass=args.fifo_pass, nic_pass=args.nic_pass)
     state = batch.state
     while not bool(np.all(np.asarray(state.done))) and (not args.windows or len(trace) < args.windows):
         state = jax.block_until_ready(engine.advance(batch.params, state, 64, "map"))

@@ -23,8 +23,15 @@ where a start is not exact (past a PFC pause seen from the window start), past t
 window's end, where its host has no free slot left (the rounds flag the pool full), where
 its queue's arrivals by a start are more than ``SEARCHED`` positions past those known, or
 after ``ROWS`` departures: the transmit rounds go on from there, exactly as they would
-have. On the htsim sweep's point a NIC starts 0-5 packets a window (a 720 ns packet
-every 1 us window, and the ACKs of the packets it receives).
+have. Before the rows, the ACKs already waiting as the port falls free go first, back to
+back, in closed form (``_waiting_acks``): on the htsim sweep's point a NIC starts 0-5
+packets a window one by one (a 720 ns packet every 1 us window, and the ACKs of the packets
+it receives), but 20-30 ACKs at once after a PFC pause held them.
+
+``Static.nic_pass`` (``sim.nic_pass``) turns it on: by default on an accelerator. On a CPU
+its rows' work costs more than the rounds it saves (0.3 rounds a window of that point are
+left instead of 3.4, but a window takes 1.2-1.3x as long on one core), so a CPU takes it
+only when asked (``benchmarks/HISTORY.md``, stop 63).
 
 Every other field of a departure follows in closed form along the rows as in a run
 (``runs.link_fields``, ``runs.watch``); the packets' columns are written once for all rows

@@ -22,7 +22,10 @@ port has one class queue: an accelerator's default), the window starts with the 
 the rounds serve the NICs and the ports it stopped at a PFC pause (3.4 rounds a busy window
 of that point, not 6.5); once no switch port can send, the rounds left run over the NICs'
 ports alone (``nic_rounds``, a view of the experiment on them: ``ops/port_view.py``), 128
-ports at k=8 instead of 768.
+ports at k=8 instead of 768, and only where some NIC can still send. With
+``Static.nic_pass`` too, the NIC pass follows (``drain_nics``, ``ops/nic_pass.py``): every
+NIC's departures of the window, its new packets among them, in rows fixed at compile time,
+so the rounds serve only what the two passes stopped at (0.3 rounds a window of that point).
 
 Nothing joins a queue during the window (arrivals were queued by ``forward``), so the
 window starts by sorting the pool once into every class queue's service order
