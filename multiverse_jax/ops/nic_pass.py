@@ -68,8 +68,8 @@ SEARCHED = 16
 
 
 class Made(NamedTuple):
-    """The NICs' new packets of the pass: (N,) over the rows' cells (R x H, row-major),
-    or (H,) per host (all of one flow each: its first offer's)."""
+    """The NICs' new packets of the pass: (N,) over its ``CELLS`` cells, or (H,) per host
+    (all of one flow each: its first offer's)."""
 
     slot: jnp.ndarray  # (N,) int32 the free slot each takes (n_slots: no new packet there)
     flow: jnp.ndarray  # (N,) int32 its flow
@@ -92,8 +92,9 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     ``Serving.arrived``; ``arrived_ps`` (P,): ``Serving.arrived_ps``; ``seen``: the ports'
     PFC pauses seen from the window start, ``pfc.seen_from``; ``free``: the window's
     ``nic.FreeSlots``, of which each host has taken ``used`` (H,)). Returns a ``runs.Rows``
-    over the N = ``ROWS`` x H cells (``dep.sends`` where one leaves, ``dep.creates`` where
-    it is a new packet), the ``Made`` packets, and (P,) ``arrived_ps`` after them."""
+    over N = ``CELLS`` cells, the departures of the (``WAITING`` + ``ROWS``) x H rows packed
+    row after row (``dep.sends`` where one leaves, ``dep.creates`` where it is a new packet),
+    the ``Made`` packets, and (P,) ``arrived_ps`` after them."""
     static = params.static
     n_hosts, n_positions, n_slots = static.n_hosts, order.slot.shape[0], static.n_slots
     window_start_ps = window_end_ps - params.window_ps
