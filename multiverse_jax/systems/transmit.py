@@ -588,11 +588,13 @@ def transmit(params: Params, state: State, window_end_ps) -> State:
         # an experiment whose do not runs there the NIC rounds it would run next anyway (a
         # round over every port in which no switch port sends is the view's round).
         serving = _rounds(params, serving, window_end_ps, order, free, upcoming, a_switch_port_sends)
-        # With the NIC pass most windows leave the NICs nothing to send: their view is not taken.
-        serving = lockstep.when_any(
-            any_sends(params, serving), lambda consts, serving: nic_rounds(consts[0], serving, *consts[1:]), serving,
-            (params, window_end_ps, order, free),
-        )
+        if nic_pass_applies(params.static):  # most windows leave the NICs nothing to send: their view is not taken
+            serving = lockstep.when_any(
+                any_sends(params, serving), lambda consts, serving: nic_rounds(consts[0], serving, *consts[1:]), serving,
+                (params, window_end_ps, order, free),
+            )
+        else:
+            serving = nic_rounds(params, serving, window_end_ps, order, free)
     else:
         serving = _rounds(params, serving, window_end_ps, order, free, upcoming, any_sends)
     # A NIC whose host had no free slot for the packet it would have started next: the
