@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.ops import cc, nic, pfc, port_view, queues
 from multiverse_jax.ops.packets import link_serialization_ps
-from multiverse_jax.ops.runs import WATCHED, Departures, Rows, arrived_within, latest, link_fields, watch
+from multiverse_jax.ops.runs import WATCHED, Departures, Rows, after_rows, arrived_within, latest, link_fields, watch
 from multiverse_jax.ops.segments import count_by
 from multiverse_jax.units import NEVER
 
@@ -86,6 +86,39 @@ class Made(NamedTuple):
     dcqcn: object  # ``DcqcnState`` at the hosts' flows, (H,) each: after their sends (``cc.on_send``)
 
 
+class Nics(NamedTuple):
+    """What the pass reads of each host's NIC (H,) at the window's start: its port and queue,
+    and the flow of its first offer, from which its next offers follow (``follows``)."""
+
+    port: jnp.ndarray  # (H,) int32 the NIC's port (``port_view.nic_ports``)
+    real: jnp.ndarray  # (H,) bool a real NIC (not a padding host's)
+    queue: jnp.ndarray  # (H,) int32 its port's one class queue
+    queue_end: jnp.ndarray  # (H,) int32 one past that queue's last position in the window's order
+    seen: tuple  # the PFC pauses seen from the window start (``pfc.seen_from``) at its port
+    offer_ps: jnp.ndarray  # (H,) int64 when its first offer is ready (NEVER: none)
+    flow: jnp.ndarray  # (H,) int32 that offer's flow
+    follows: jnp.ndarray  # (H,) bool its next offers are that flow's next packets (one flow may send, no polls)
+    sent_before: jnp.ndarray  # (H,) int32 the packets that flow has sent
+    n_packets: jnp.ndarray  # (H,) int32 its packets
+    begin_ps: jnp.ndarray  # (H,) int64 when it began
+    cc: object  # ``CcState`` at that flow, (H, ...) each
+
+
+def _nics(params: Params, state: State, order: queues.ServiceOrder, window_start_ps, seen, free, used) -> Nics:
+    static, n_hosts = params.static, params.static.n_hosts
+    port, real = port_view.nic_ports(params)
+    queue = queues.queue_of_class(static, port, static.first_queued_class)  # one class queue a port
+    first_offer = nic.of_class(nic.offer(params, state, window_start_ps, free, used), jnp.zeros(n_hosts, jnp.int32))
+    flow = first_offer.flow
+    sendable, _ = nic.sendable_and_ready(params, state)
+    follows = (count_by(sendable, params.flows.flow_src, n_hosts) == 1) & ~cc.polls(params)
+    return Nics(
+        port, real, queue, order.queue_end[queue], port_view.take(seen, port), jnp.where(real, first_offer.ready_ps, NEVER),
+        flow, follows, state.flows.flow_sent_packets[flow], params.flows.flow_n_packets[flow], state.flows.flow_begin_ps[flow],
+        jax.tree.map(lambda x: x[flow], state.cc),
+    )  # fmt: skip
+
+
 def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, arrived_ps, window_end_ps, seen, free, used):
     """Every NIC's departures at the window's start (``head`` (Q,): each queue's pointer;
     ``end0`` (Q,): one past each queue's packets known to have arrived by the window start,
@@ -95,48 +128,67 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
     over N = ``CELLS`` cells, the departures of the (``WAITING`` + ``ROWS``) x H rows packed
     row after row (``dep.sends`` where one leaves, ``dep.creates`` where it is a new packet),
     the ``Made`` packets, and (P,) ``arrived_ps`` after them."""
-    static = params.static
-    n_hosts, n_positions, n_slots = static.n_hosts, order.slot.shape[0], static.n_slots
     window_start_ps = window_end_ps - params.window_ps
-    port, real = port_view.nic_ports(params)  # (H,)
-    queue = queues.queue_of_class(static, port, static.first_queued_class)  # one class queue a port
-    queue_end = order.queue_end[queue]
-    first_offer = nic.of_class(nic.offer(params, state, window_start_ps, free, used), jnp.zeros(n_hosts, jnp.int32))
-    flow = first_offer.flow
-    sendable, _ = nic.sendable_and_ready(params, state)
-    follows = (count_by(sendable, params.flows.flow_src, n_hosts) == 1) & ~cc.polls(params)  # next offers known
+    nics = _nics(params, state, order, window_start_ps, seen, free, used)
+    free_ps, position = state.ports.port_free_ps[nics.port], head[nics.queue]
+    waiting, n_waiting = _waiting_acks(params, order, nics, position, free_ps, window_start_ps, window_end_ps)
+    last_waiting = jnp.maximum(n_waiting - 1, 0)[None]
+    free_ps = jnp.where(n_waiting > 0, jnp.take_along_axis(waiting["start"] + waiting["ser_ps"], last_waiting, axis=0)[0], free_ps)
+    row, carried = _one_by_one(params, state, order, nics, free, used, free_ps, position + n_waiting, n_waiting > 0, window_end_ps)
+    row = _after_waiting(waiting, n_waiting, row)  # (W + R, H) each: each NIC's waiting ACKs, then its rows
+    sends, ends, cell = _cut(order, nics, end0, row)
+    makes, n_sent = sends & ~row["ack_first"], jnp.sum(sends, axis=0, dtype=jnp.int32)
     fs = state.flows
-    sent_before, n_packets, begin_ps = fs.flow_sent_packets[flow], params.flows.flow_n_packets[flow], fs.flow_begin_ps[flow]
-    allow_bytes, gate_ps = state.cc.flow_gate_allow_bytes[flow], state.cc.flow_gate_ps[flow]  # (H, G)
-    seen_here = port_view.take(seen, port)
-    cc_here = jax.tree.map(lambda x: x[flow], state.cc)
-    # The recurrence's carry, (H,) each.
-    free_ps, position = state.ports.port_free_ps[port], head[queue]
-    offer_ps = jnp.where(real, first_offer.ready_ps, NEVER)  # when the offer is ready (0: unknown, no earlier than free)
-    waiting, n_waiting = _waiting_acks(params, order, position, queue_end, free_ps, window_start_ps, window_end_ps, seen_here, port, real, sent_before)
-    free_ps = jnp.where(n_waiting > 0, jnp.take_along_axis(waiting["start"] + waiting["ser_ps"], jnp.maximum(n_waiting - 1, 0)[None], axis=0)[0], free_ps)
-    position = position + n_waiting
-    going, sent_any = real, n_waiting > 0
-    n_made = jnp.zeros(n_hosts, jnp.int32)
-    flowlet, last_send_ps, next_send_ps = fs.flow_flowlet[flow], fs.flow_last_send_ps[flow], fs.flow_next_send_ps[flow]
-    dcqcn = cc_here.dcqcn
+    flow_after = _after(
+        (jnp.zeros(params.static.n_hosts, jnp.int32), fs.flow_next_send_ps[nics.flow], fs.flow_last_send_ps[nics.flow],
+         fs.flow_flowlet[nics.flow], nics.cc.dcqcn),
+        carried, jnp.maximum(n_sent - n_waiting, 0),
+    )  # fmt: skip
+    packet, new_slot = _packets(params, order, nics, free, used, row, makes)
+    at = jnp.minimum(row["position"], order.slot.shape[0] - 1)
+    row.update(sends=sends, makes=makes, ends=ends, slot=jnp.where(makes, new_slot, order.slot[at]))
+    row["queue_bytes"] = order.bytes_before[ends] - order.bytes_before[row["position"]]
+    dep = _departures(params, state.ports, row, packet, nics.port)
+    at_cells = _at_cells(cell)
+    n_made, next_send_ps, last_send_ps, flowlet, dcqcn = flow_after
+    made = Made(
+        at_cells(jnp.where(makes, new_slot, params.static.n_slots), params.static.n_slots), at_cells(packet.flow),
+        at_cells(row["seq"]), at_cells(row["wire_bytes"]), at_cells(row["salt"]),
+        at_cells(jnp.broadcast_to(params.ports.port_id[nics.port], makes.shape)), at_cells(row["start"]),
+        nics.flow, n_made, next_send_ps, last_send_ps, flowlet.astype(jnp.uint32), dcqcn,
+    )  # fmt: skip
+    rows_out, arrived_ps = _rows(params, state.ports, dep, packet, row, nics, end0, arrived_ps, at_cells)
+    return rows_out, made, arrived_ps
+
+
+def _one_by_one(params: Params, state: State, order, nics: Nics, free, used, free_ps, position, sent_any, window_end_ps):
+    """The ``ROWS`` departures of each NIC one by one, from when its port falls free
+    ``free_ps`` and its queue's pointer ``position`` (H,) (``sent_any``: it sent before them):
+    (R, H) each of a row's fields, and after each row what its new packets changed of their
+    flow (its count, next send, last send, flowlet, DCQCN's counter), a list of R."""
+    n_positions, window_start_ps = order.slot.shape[0], window_end_ps - params.window_ps
+    flow, offer_ps, going = nics.flow, nics.offer_ps, nics.real
+    allow_bytes, gate_ps = nics.cc.flow_gate_allow_bytes, nics.cc.flow_gate_ps  # (H, G)
+    n_made = jnp.zeros_like(nics.sent_before)
+    fs = state.flows
+    flowlet, last_send_ps, next_send_ps, dcqcn = fs.flow_flowlet[flow], fs.flow_last_send_ps[flow], fs.flow_next_send_ps[flow], nics.cc.dcqcn
     rows, carried = [], []
     for _ in range(ROWS):
         # What the port starts next (``transmit.class_heads`` and ``start_times`` at a NIC): its
         # queue's head (an ACK) or its offer, the earlier start, ties to the ACK.
         free_from_ps = jnp.maximum(free_ps, window_start_ps)
-        in_queue = position < queue_end
+        in_queue = position < nics.queue_end
         at = jnp.minimum(position, n_positions - 1)
         ack_ps = jnp.where(in_queue, order.time_ps[at], NEVER)
-        ack_start, ack_exact = _data_start(seen_here, jnp.maximum(free_from_ps, ack_ps))
-        offer_start, offer_exact = _data_start(seen_here, jnp.maximum(free_from_ps, offer_ps))
+        ack_start, ack_exact = _data_start(nics.seen, jnp.maximum(free_from_ps, ack_ps))
+        offer_start, offer_exact = _data_start(nics.seen, jnp.maximum(free_from_ps, offer_ps))
         ack_first = in_queue & (ack_start <= offer_start)
         start = jnp.where(ack_first, ack_start, offer_start)
         exact = (ack_exact | ~in_queue) & (offer_exact | (offer_ps == NEVER))
-        seq = sent_before + n_made
+        seq = nics.sent_before + n_made
         wire_bytes = jnp.where(ack_first, order.packet.wire_bytes[at], nic.data_wire_bytes(params, flow, seq))
-        ser_ps = link_serialization_ps(params, wire_bytes, port)
-        offer_known = follows | ~sent_any  # several flows: round robin may pick another once the port falls later
+        ser_ps = link_serialization_ps(params, wire_bytes, nics.port)
+        offer_known = nics.follows | ~sent_any  # several flows: round robin may pick another once the port falls later
         # Sent if nothing stops it here (the searches for its queue, after the rows, may yet).
         sends = going & exact & (start < window_end_ps) & (ack_first | (offer_known & (used + n_made < free.count)))
         makes = sends & ~ack_first
@@ -153,60 +205,53 @@ def drain(params: Params, state: State, order: queues.ServiceOrder, head, end0, 
         n_made = n_made + makes.astype(jnp.int32)
         wire = wire_bytes.astype(jnp.int64)
         flow_next_ps = cc.next_send_ps(params, state.cc, flow, start, ser_ps, wire)
-        gate_open_ps = cc.open_gate_ps(params, allow_bytes, gate_ps, sent_before + n_made)
-        more = (sent_before + n_made < n_packets) & (gate_open_ps != NEVER)
-        next_offer_ps = jnp.where(follows, jnp.where(more, jnp.maximum(jnp.maximum(begin_ps, flow_next_ps), gate_open_ps), NEVER), 0)
-        offer_ps = jnp.where(makes, next_offer_ps, offer_ps)
+        gate_open_ps = cc.open_gate_ps(params, allow_bytes, gate_ps, nics.sent_before + n_made)
+        more = (nics.sent_before + n_made < nics.n_packets) & (gate_open_ps != NEVER)
+        ready_ps = jnp.maximum(jnp.maximum(nics.begin_ps, flow_next_ps), gate_open_ps)
+        offer_ps = jnp.where(makes, jnp.where(nics.follows, jnp.where(more, ready_ps, NEVER), 0), offer_ps)  # 0: unknown
         flowlet, last_send_ps = jnp.where(makes, new_flowlet, flowlet), jnp.where(makes, start, last_send_ps)
         next_send_ps = jnp.where(makes, flow_next_ps, next_send_ps)
-        dcqcn = cc.on_send(params, cc_here.replace(dcqcn=dcqcn), makes, wire, start).dcqcn
+        dcqcn = cc.on_send(params, nics.cc.replace(dcqcn=dcqcn), makes, wire, start).dcqcn
         carried.append((n_made, next_send_ps, last_send_ps, flowlet, dcqcn))
-    row = {key: jnp.stack([r[key] for r in rows]) for key in rows[0]}  # (R, H) each
-    row = _after_waiting(waiting, n_waiting, row)  # (W + R, H) each: each NIC's waiting ACKs, then its rows
-    # Per row, at once: what the port's queue holds just before it, the ACK itself included
-    # (what arrived by its start from the pointer on), found by a search past the packets
-    # known to have arrived; where the search cannot tell, the NIC stops there.
+    return {key: jnp.stack([r[key] for r in rows]) for key in rows[0]}, carried
+
+
+def _cut(order, nics: Nics, end0, row):
+    """Each NIC's rows cut where a search cannot tell its queue just before a departure
+    (what arrived by the start from the pointer on, found past the packets known to have
+    arrived, ``end0`` (Q,)), then to the ``CELLS`` that fit, row after row: (W + R, H) bool
+    the departures (a prefix of each NIC's rows), (W + R, H) one past each queue's packets
+    arrived by each start, and the cells they are written from (``_at_cells``)."""
     position, ack_first, start = row["position"], row["ack_first"], row["start"]
-    low = jnp.maximum(position + ack_first.astype(position.dtype), end0[queue])
-    ends = arrived_within(order.time_ps, low, jnp.minimum(queue_end, low + SEARCHED), start, SEARCHED)
-    known = (ends < low + SEARCHED) | (ends >= queue_end)
-    sends = row["sends"] & (_cumsum_rows((row["sends"] & ~known).astype(jnp.int32)) == 0)  # a prefix of each NIC's rows
-    # The departures are written from ``CELLS`` cells: row after row, those that fit (a prefix of each NIC's).
+    low = jnp.maximum(position + ack_first.astype(position.dtype), end0[nics.queue])
+    ends = arrived_within(order.time_ps, low, jnp.minimum(nics.queue_end, low + SEARCHED), start, SEARCHED)
+    known = (ends < low + SEARCHED) | (ends >= nics.queue_end)
+    sends = row["sends"] & (_cumsum_rows((row["sends"] & ~known).astype(jnp.int32)) == 0)
     in_row = jax.lax.associative_scan(jnp.add, sends.astype(jnp.int32), axis=1)  # row-major: along the row, then rows before
     sent_before_cell = in_row + (_cumsum_rows(in_row[:, -1]) - in_row[:, -1])[:, None]
     sends = sends & (sent_before_cell <= CELLS)
     cell = jnp.searchsorted(sent_before_cell.reshape(-1), jnp.arange(1, CELLS + 1, dtype=jnp.int32), side="left", method="scan_unrolled")
-    cell = jnp.minimum(cell, sends.size - 1).astype(jnp.int32), jnp.arange(CELLS) < jnp.sum(sends)  # (CELLS,) each: where, and a departure
-    makes, n_sent = sends & ~ack_first, jnp.sum(sends, axis=0, dtype=jnp.int32)
-    n_made, next_send_ps, last_send_ps, flowlet, dcqcn = _after(
-        (jnp.zeros(n_hosts, jnp.int32), fs.flow_next_send_ps[flow], fs.flow_last_send_ps[flow], fs.flow_flowlet[flow], cc_here.dcqcn),
-        carried, jnp.maximum(n_sent - n_waiting, 0),
-    )  # fmt: skip
-    at = jnp.minimum(position, n_positions - 1)
+    return sends, ends, (jnp.minimum(cell, sends.size - 1).astype(jnp.int32), jnp.arange(CELLS) < jnp.sum(sends))
+
+
+def _packets(params: Params, order, nics: Nics, free, used, row, makes):
+    """(W + R, H) each: what a departure reads of its packet, the queued ACK's or the new
+    packet's (its arrival rank: its flow), and the free slot a new packet takes (its host's
+    next, ``free``'s entry ``used`` (H,) + the packets it made before)."""
+    at = jnp.minimum(row["position"], order.slot.shape[0] - 1)
     queued = jax.tree.map(lambda column: column[at], order.packet)
     new_slot = jnp.take_along_axis(free.slot, jnp.minimum(used[:, None] + row["made_before"].T, free.slot.shape[1] - 1), axis=1).T
-    made_flow = jnp.broadcast_to(flow, makes.shape)
-    # What a departure reads of its packet: the queued ACK's, or the new packet's (its arrival rank: its flow).
+    made_flow = jnp.broadcast_to(nics.flow, makes.shape)
     packet = queues.QueuedPacket(
         queued.is_ack & ~makes, row["wire_bytes"], jnp.where(makes, made_flow, queued.rank), jnp.where(makes, made_flow, queued.flow),
         jnp.where(makes, row["seq"], queued.seq), jnp.where(makes, 0, queued.hop),
     )  # fmt: skip
-    row.update(sends=sends, makes=makes, ends=ends, slot=jnp.where(makes, new_slot, order.slot[at]))
-    row["queue_bytes"] = order.bytes_before[ends] - order.bytes_before[position]
-    dep = _departures(params, state.ports, row, packet, port)
-    at_cells = _at_cells(cell)
-    made = Made(
-        at_cells(jnp.where(makes, new_slot, n_slots), n_slots), at_cells(made_flow), at_cells(row["seq"]),
-        at_cells(row["wire_bytes"]), at_cells(row["salt"]), at_cells(jnp.broadcast_to(params.ports.port_id[port], makes.shape)),
-        at_cells(start), flow, n_made, next_send_ps, last_send_ps, flowlet.astype(jnp.uint32), dcqcn,
-    )  # fmt: skip
-    rows_out, arrived_ps = _rows(params, state.ports, dep, packet, row, port, real, queue, end0, arrived_ps, at_cells)
-    return rows_out, made, arrived_ps
+    return packet, new_slot
 
 
-def _waiting_acks(params: Params, order, position, queue_end, free_ps, window_start_ps, window_end_ps, seen, port, real, seq):
+def _waiting_acks(params: Params, order, nics: Nics, position, free_ps, window_start_ps, window_end_ps):
     """The ACKs a NIC starts first, back to back, as its port falls free: those at the head of
-    its queue (from ``position`` (H,), before ``queue_end``), up to ``WAITING``, each arrived
+    its queue (from ``position`` (H,) on), up to ``WAITING``, each arrived
     by the time the port reaches it. Such an ACK starts when the port falls free, no later
     than any offer could, so it goes first (ties to the ACK); a backlog of ACKs a PFC pause
     held is sent so at once, not one a row. With C_i the serialisations before ACK i, it
@@ -216,21 +261,21 @@ def _waiting_acks(params: Params, order, position, queue_end, free_ps, window_st
     recurrence's, ``sends`` a prefix) and (H,) how many start."""
     n_positions = order.slot.shape[0]
     free_from_ps = jnp.maximum(free_ps, window_start_ps)
-    held_until_ps, next_pause_ps = pfc.seen_at(seen, free_from_ps)
+    held_until_ps, next_pause_ps = pfc.seen_at(nics.seen, free_from_ps)
     position_k = position + jnp.arange(WAITING, dtype=position.dtype)[:, None]  # (W, H)
-    in_queue = position_k < queue_end
+    in_queue = position_k < nics.queue_end
     at = jnp.minimum(position_k, n_positions - 1)
     arrival_ps = jnp.where(in_queue, order.time_ps[at], NEVER)
     wire_bytes = order.packet.wire_bytes[at]
-    ser_ps = link_serialization_ps(params, wire_bytes, port)
+    ser_ps = link_serialization_ps(params, wire_bytes, nics.port)
     start = jnp.maximum(free_from_ps, held_until_ps) + _cumsum_rows(ser_ps) - ser_ps
-    ok = real & in_queue & (arrival_ps <= start) & (start < window_end_ps) & (start < next_pause_ps)
+    ok = nics.real & in_queue & (arrival_ps <= start) & (start < window_end_ps) & (start < next_pause_ps)
     sends = _cumsum_rows((~ok).astype(jnp.int32)) == 0
     zeros = jnp.zeros_like(position_k)
     rows = dict(
         sends=sends, ack_first=jnp.ones_like(sends), start=start, ser_ps=ser_ps, wire_bytes=wire_bytes,
         free_ps=jnp.concatenate([free_ps[None], (start + ser_ps)[:-1]]), position=position_k, made_before=zeros,
-        seq=jnp.broadcast_to(seq, zeros.shape), salt=zeros.astype(jnp.uint32), available_ps=arrival_ps,
+        seq=jnp.broadcast_to(nics.sent_before, zeros.shape), salt=zeros.astype(jnp.uint32), available_ps=arrival_ps,
     )  # fmt: skip
     return rows, jnp.sum(sends, axis=0, dtype=position.dtype)
 
@@ -301,12 +346,12 @@ def _departures(params: Params, ports, row, packet: queues.QueuedPacket, port) -
     )  # fmt: skip
 
 
-def _rows(params: Params, ports, dep: Departures, packet, row, port, real, queue, end0, arrived_ps, at_cells):
-    """The rows (R, H) as a ``runs.Rows`` over their cells (what ``transmit.account_runs``
+def _rows(params: Params, ports, dep: Departures, packet, row, nics: Nics, end0, arrived_ps, at_cells):
+    """The rows (W + R, H) as a ``runs.Rows`` over their cells (what ``transmit.account_runs``
     and ``transmit.leave_runs`` take): the NIC ports after their departures (``port_after``'s
     fields at the last, the queue watch along them, ``runs.watch``), the ACKs each queue
     sent, where its arrivals by its last departure end; and (P,) ``arrived_ps`` after them."""
-    static = params.static
+    static, port = params.static, nics.port
     n_ports, n_queues = static.n_ports, static.n_queues
     sends = dep.sends
     n_sent = jnp.sum(sends, axis=0, dtype=jnp.int32)  # (H,)
@@ -316,30 +361,18 @@ def _rows(params: Params, ports, dep: Departures, packet, row, port, real, queue
         tuple(getattr(ports, name)[port] for name in WATCHED), params.ports.port_buffer_bytes[port], sends, dep.start,
         row["queue_bytes"], dep.wire_bytes,
     )  # fmt: skip
-    at_port = jnp.where(real, port, n_ports)  # a padding host's (another port's) is never written
-
-    def after(column, rows_column):  # (P,) a port field after its last departure
-        at_last = jnp.take_along_axis(jnp.concatenate([column[port][None], rows_column]), n_sent[None], axis=0)[0]
-        return column.at[at_port].set(at_last, mode="drop")
-
-    ports = ports.replace(
-        port_free_ps=after(ports.port_free_ps, dep.start + dep.ser_ps), port_tx_bytes=after(ports.port_tx_bytes, tx_bytes),
-        port_last_arrival_ps=after(ports.port_last_arrival_ps, dep.arrival_ps),
-        port_busy_rank=after(ports.port_busy_rank, dep.busy_rank), port_train_rank=after(ports.port_train_rank, dep.rank),
-        port_last_scheduled_ps=after(ports.port_last_scheduled_ps, dep.scheduled_ps),
-        **{name: getattr(ports, name).at[at_port].set(value, mode="drop") for name, value in zip(WATCHED, watched)},
-    )  # fmt: skip
-    sent_here = real & (n_sent > 0)
-    at_queue = jnp.where(real, queue, n_queues)
+    at_port = jnp.where(nics.real, port, n_ports)  # a padding host's (another port's) is never written
+    ports = after_rows(ports, dep, tx_bytes, n_sent, port, at_port)
+    ports = ports.replace(**{name: getattr(ports, name).at[at_port].set(value, mode="drop") for name, value in zip(WATCHED, watched)})
+    sent_here = nics.real & (n_sent > 0)
+    at_queue = jnp.where(nics.real, nics.queue, n_queues)
     served = jnp.zeros(n_queues, jnp.int32).at[at_queue].add(jnp.sum(sends & ~dep.creates, axis=0, dtype=jnp.int32), mode="drop")
-    ends = end0.at[jnp.where(sent_here, queue, n_queues)].set(jnp.take_along_axis(row["ends"], last_row, axis=0)[0], mode="drop")
+    ends = end0.at[jnp.where(sent_here, nics.queue, n_queues)].set(jnp.take_along_axis(row["ends"], last_row, axis=0)[0], mode="drop")
     last_start = jnp.take_along_axis(dep.start, last_row, axis=0)[0]
     arrived_ps = arrived_ps.at[jnp.where(sent_here, port, n_ports)].set(last_start, mode="drop")
-
     cell_port = jnp.broadcast_to(port, sends.shape)
-    cells = jax.tree.map(at_cells, (dep._replace(sends=sends), cell_port, packet, row["queue_bytes"], tx_bytes))
-    rows = Rows(*cells, ports, jnp.any(over), served, ends)
-    return rows, arrived_ps
+    cells = jax.tree.map(at_cells, (dep, cell_port, packet, row["queue_bytes"], tx_bytes))
+    return Rows(*cells, ports, jnp.any(over), served, ends), arrived_ps
 
 
 def create(params: Params, state: State, made: Made) -> State:

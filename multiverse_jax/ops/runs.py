@@ -282,6 +282,23 @@ def link_fields(params: Params, start, ser_ps, link, free_before_ps, available_p
     return arrival_ps, scheduled_ps, prior_ps, busy_rank, latest(busy_rank, fresh_link, base[3])
 
 
+def after_rows(ports: PortState, dep: Departures, tx_bytes, n_sent, at, write_at) -> PortState:
+    """``port_after``'s fields of the ports ``at`` (K,) after their rows of departures ``dep``
+    (R, K), of which each sent its first ``n_sent`` (K,) (``tx_bytes`` (R, K): its bytes sent
+    after each), written at ``write_at`` (K,) (out of range: not written)."""
+
+    def last(column, rows_column):  # (P,) a port field after its last departure
+        at_last = jnp.take_along_axis(jnp.concatenate([column[at][None], rows_column]), n_sent[None], axis=0)[0]
+        return column.at[write_at].set(at_last, mode="drop")
+
+    return ports.replace(
+        port_free_ps=last(ports.port_free_ps, dep.start + dep.ser_ps), port_tx_bytes=last(ports.port_tx_bytes, tx_bytes),
+        port_last_arrival_ps=last(ports.port_last_arrival_ps, dep.arrival_ps),
+        port_busy_rank=last(ports.port_busy_rank, dep.busy_rank), port_train_rank=last(ports.port_train_rank, dep.rank),
+        port_last_scheduled_ps=last(ports.port_last_scheduled_ps, dep.scheduled_ps),
+    )  # fmt: skip
+
+
 def latest(values, begins, base):
     """(R, K): at each row, ``values`` at the latest row up to it where ``begins`` (R, K),
     or ``base`` (K,) where none has."""
@@ -413,16 +430,7 @@ def _rows(params: Params, ports, links, order, head, end0, first, chosen, offer_
     n_sent = jnp.sum(sends, axis=0, dtype=jnp.int32)  # (K,) packets behind the first each port sent
     ports, over = _watched(params, ports, dep, queue_bytes, who)
 
-    def last(column, rows_column):  # (P,) a port field after its last departure
-        at_last = jnp.take_along_axis(jnp.concatenate([column[at][None], rows_column]), n_sent[None], axis=0)[0]
-        return column.at[who].set(at_last, mode="drop")
-
-    ports = ports.replace(
-        port_free_ps=last(ports.port_free_ps, dep.start + dep.ser_ps), port_tx_bytes=last(ports.port_tx_bytes, tx_bytes),
-        port_last_arrival_ps=last(ports.port_last_arrival_ps, dep.arrival_ps),
-        port_busy_rank=last(ports.port_busy_rank, dep.busy_rank), port_train_rank=last(ports.port_train_rank, dep.rank),
-        port_last_scheduled_ps=last(ports.port_last_scheduled_ps, dep.scheduled_ps),
-    )  # fmt: skip
+    ports = after_rows(ports, dep, tx_bytes, n_sent, at, who)
     queue = queues.port_queues(static, who)[0].reshape(-1)
     sent_by_queue = jnp.repeat(n_sent, class_queues)
     last_ends = jnp.take_along_axis(ends, jnp.maximum(sent_by_queue - 1, 0)[None], axis=0)[0]
