@@ -184,7 +184,7 @@ _OWN_XLA_CACHE = []  # the cache folder this process made (the first to configur
 # 6.8-7.1 -> 4.2-4.4 s), and runs them ~3 % slower; and faster again without LLVM's
 # optimisation passes (``--xla_backend_optimization_level=0``: test_runs' reference program
 # traced and compiled in 6.9 s instead of 9.5 s, level 1 9.0 s:
-# benchmarks/results/stop62/compile_time_by_level.py), which runs them up to ~1.7x slower
+# stop 62's compile_time_by_level.py, never committed: benchmarks/HISTORY.md, stop 64), which runs them up to ~1.7x slower
 # (test_hybrid, whose long runs take ``optimised_engine`` below); the suite in CI form took
 # 6:38-8:11 on 2 cores, 9:05-10:52 at stop 61 without it. The results are the same bits
 # (LLVM's passes keep IEEE semantics: no fast-math; the golden digests and the peer
@@ -202,7 +202,7 @@ def optimised_engine():
     """The engine's CPU programs compiled with LLVM's optimisation passes (level 2, XLA's
     default), for a module whose long runs cost more than its compilations (``TEST_XLA_FLAGS``
     turns them off for the rest): test_hybrid's packet-mode elephants took 117 s at level 0,
-    61 s at level 2, with the same results (``benchmarks/results/stop62/hybrid_elephants_by_level.py``). Per program, through the engine's jit
+    61 s at level 2, with the same results (stop 62's ``hybrid_elephants_by_level.py``, never committed: benchmarks/HISTORY.md, stop 64). Per program, through the engine's jit
     options (``engine.CPU_COMPILER_OPTIONS``), restored after the module. A level the user's
     ``XLA_FLAGS`` set stands (only one this conftest added is overridden)."""
     import os
