@@ -48,8 +48,8 @@ import jax.numpy as jnp
 from multiverse_jax.components.experiment import Params, State
 from multiverse_jax.ops import cc, nic, pfc, port_view, queues
 from multiverse_jax.ops.packets import link_serialization_ps
-from multiverse_jax.ops.runs import WATCHED, Departures, Rows, after_rows, arrived_within, latest, link_fields, watch
-from multiverse_jax.ops.segments import count_by
+from multiverse_jax.ops.runs import WATCHED, Departures, Rows, after_rows, arrived_within, latest, link_fields, row_before, watch
+from multiverse_jax.ops.segments import count_by, prefix_sum
 from multiverse_jax.units import NEVER
 
 # Departures a NIC may start in the pass (R): a bound known at compile time. The htsim
@@ -180,8 +180,8 @@ def _one_by_one(params: Params, state: State, order, nics: Nics, free, used, fre
         in_queue = position < nics.queue_end
         at = jnp.minimum(position, n_positions - 1)
         ack_ps = jnp.where(in_queue, order.time_ps[at], NEVER)
-        ack_start, ack_exact = _data_start(nics.seen, jnp.maximum(free_from_ps, ack_ps))
-        offer_start, offer_exact = _data_start(nics.seen, jnp.maximum(free_from_ps, offer_ps))
+        ack_start, ack_exact = pfc.release_from_seen(nics.seen, jnp.maximum(free_from_ps, ack_ps))
+        offer_start, offer_exact = pfc.release_from_seen(nics.seen, jnp.maximum(free_from_ps, offer_ps))
         ack_first = in_queue & (ack_start <= offer_start)
         start = jnp.where(ack_first, ack_start, offer_start)
         exact = (ack_exact | ~in_queue) & (offer_exact | (offer_ps == NEVER))
@@ -226,9 +226,9 @@ def _cut(order, nics: Nics, end0, row):
     low = jnp.maximum(position + ack_first.astype(position.dtype), end0[nics.queue])
     ends = arrived_within(order.time_ps, low, jnp.minimum(nics.queue_end, low + SEARCHED), start, SEARCHED)
     known = (ends < low + SEARCHED) | (ends >= nics.queue_end)
-    sends = row["sends"] & (_cumsum_rows((row["sends"] & ~known).astype(jnp.int32)) == 0)
-    in_row = jax.lax.associative_scan(jnp.add, sends.astype(jnp.int32), axis=1)  # row-major: along the row, then rows before
-    sent_before_cell = in_row + (_cumsum_rows(in_row[:, -1]) - in_row[:, -1])[:, None]
+    sends = row["sends"] & (prefix_sum((row["sends"] & ~known).astype(jnp.int32), axis=0) == 0)
+    in_row = prefix_sum(sends.astype(jnp.int32), axis=1)  # row-major: along the row, then rows before
+    sent_before_cell = in_row + (prefix_sum(in_row[:, -1], axis=0) - in_row[:, -1])[:, None]
     sends = sends & (sent_before_cell <= CELLS)
     cell = jnp.searchsorted(sent_before_cell.reshape(-1), jnp.arange(1, CELLS + 1, dtype=jnp.int32), side="left", method="scan_unrolled")
     return sends, ends, (jnp.minimum(cell, sends.size - 1).astype(jnp.int32), jnp.arange(CELLS) < jnp.sum(sends))
@@ -268,13 +268,13 @@ def _waiting_acks(params: Params, order, nics: Nics, position, free_ps, window_s
     arrival_ps = jnp.where(in_queue, order.time_ps[at], NEVER)
     wire_bytes = order.packet.wire_bytes[at]
     ser_ps = link_serialization_ps(params, wire_bytes, nics.port)
-    start = jnp.maximum(free_from_ps, held_until_ps) + _cumsum_rows(ser_ps) - ser_ps
+    start = jnp.maximum(free_from_ps, held_until_ps) + prefix_sum(ser_ps, axis=0) - ser_ps
     ok = nics.real & in_queue & (arrival_ps <= start) & (start < window_end_ps) & (start < next_pause_ps)
-    sends = _cumsum_rows((~ok).astype(jnp.int32)) == 0
+    sends = prefix_sum((~ok).astype(jnp.int32), axis=0) == 0
     zeros = jnp.zeros_like(position_k)
     rows = dict(
         sends=sends, ack_first=jnp.ones_like(sends), start=start, ser_ps=ser_ps, wire_bytes=wire_bytes,
-        free_ps=jnp.concatenate([free_ps[None], (start + ser_ps)[:-1]]), position=position_k, made_before=zeros,
+        free_ps=row_before(start + ser_ps, free_ps), position=position_k, made_before=zeros,
         seq=jnp.broadcast_to(nics.sent_before, zeros.shape), salt=zeros.astype(jnp.uint32), available_ps=arrival_ps,
     )  # fmt: skip
     return rows, jnp.sum(sends, axis=0, dtype=position.dtype)
@@ -289,12 +289,6 @@ def _after_waiting(waiting, n_waiting, row):
     joined = {key: jnp.take_along_axis(jnp.concatenate([waiting[key], row[key]]), index, axis=0) for key in row}
     joined["sends"] = joined["sends"] & (k < n_waiting + n_rows)
     return joined
-
-
-def _cumsum_rows(x):
-    """The cumulative sum of ``x`` along its rows (axis 0) as an associative scan: XLA's CPU
-    cumsum is a reduce-window, whose work grows with the square of the rows."""
-    return jax.lax.associative_scan(jnp.add, x, axis=0)
 
 
 def _at_cells(cell):
@@ -322,22 +316,12 @@ def _after(initial, carried, n_rows):
     return jax.tree.map(pick, initial, *carried)
 
 
-def _data_start(seen, earliest_ps):
-    """When a data packet that could start at ``earliest_ps`` (H,) starts at a NIC (PFC
-    may hold it, ``seen`` at the NICs' ports): (H,) int64, and whether that is exact."""
-    return pfc.release_bound(*pfc.seen_at(seen, earliest_ps), earliest_ps)
-
-
 def _departures(params: Params, ports, row, packet: queues.QueuedPacket, port) -> Departures:
     """(R, H) each: the ``Departures`` of the rows, their link and rank fields in closed form
     along each NIC's rows (``runs.link_fields``, as ``runs.departures_behind``)."""
-
-    def before(values, base):  # the row before's, the port's at the first
-        return jnp.concatenate([base[None], values[:-1]])
-
     base = (ports.port_last_arrival_ps[port], ports.port_last_scheduled_ps[port], ports.port_busy_rank[port], ports.port_train_rank[port])
     arrival_ps, scheduled_ps, prior_ps, busy_rank, rank = link_fields(
-        params, row["start"], row["ser_ps"], port, row["free_ps"], row["available_ps"], packet.rank, before, latest, base
+        params, row["start"], row["ser_ps"], port, row["free_ps"], row["available_ps"], packet.rank, row_before, latest, base
     )
     falses, zeros = jnp.zeros_like(row["sends"]), jnp.zeros_like(packet.flow)
     return Departures(
@@ -356,7 +340,7 @@ def _rows(params: Params, ports, dep: Departures, packet, row, nics: Nics, end0,
     sends = dep.sends
     n_sent = jnp.sum(sends, axis=0, dtype=jnp.int32)  # (H,)
     last_row = jnp.maximum(n_sent - 1, 0)[None]
-    tx_bytes = ports.port_tx_bytes[port] + _cumsum_rows(jnp.where(sends, dep.wire_bytes, 0).astype(jnp.int64))
+    tx_bytes = ports.port_tx_bytes[port] + prefix_sum(jnp.where(sends, dep.wire_bytes, 0).astype(jnp.int64), axis=0)
     watched, over = watch(
         tuple(getattr(ports, name)[port] for name in WATCHED), params.ports.port_buffer_bytes[port], sends, dep.start,
         row["queue_bytes"], dep.wire_bytes,

@@ -39,12 +39,18 @@ def seen_from(params: Params, links, window_start_ps):
     return tuple(seen)
 
 
+def release_from_seen(seen, earliest_ps):
+    """``release_bound`` of ``earliest_ps`` from the pauses ``seen`` (``seen_from``) at its
+    ports: when a packet that could start then does, and whether that is exact."""
+    return release_bound(*seen_at(seen, earliest_ps), earliest_ps)
+
+
 def release_seen(params: Params, links, seen, earliest_ps):
     """``release_ps`` of ``earliest_ps`` (P,), at or after the window start, from what the
     ports' pauses were ``seen`` to be from there (``seen_from``). Exact by ``release_bound``
     before a port's pauses seen run out; the history is searched only when some port's
     earliest is at or after the last of them (a round past a second pause beginning)."""
-    bound, exact = release_bound(*seen_at(seen, earliest_ps), earliest_ps)
+    bound, exact = release_from_seen(seen, earliest_ps)
 
     def searched(consts, bound):
         params, links, earliest_ps, exact = consts

@@ -247,11 +247,8 @@ def departures_behind(params: Params, first: Departures, nxt: Behind, sends, who
     at the ports ``who``, those ``sends`` started: each row's link and rank fields in closed
     form along the run (``link_fields``), from the first departure's at row 0."""
 
-    def before(values, base):  # the row before's, the first departure's at row 0
-        return jnp.concatenate([base[None], values[:-1]])
-
     arrival_ps, scheduled_ps, prior_ps, busy_rank, rank = link_fields(
-        params, nxt.start, nxt.ser_ps, who, nxt.free_ps, nxt.available_ps, nxt.packet.rank, before,
+        params, nxt.start, nxt.ser_ps, who, nxt.free_ps, nxt.available_ps, nxt.packet.rank, row_before,
         latest,
         (first.arrival_ps, first.scheduled_ps, first.busy_rank, first.rank),
     )  # fmt: skip
@@ -297,6 +294,12 @@ def after_rows(ports: PortState, dep: Departures, tx_bytes, n_sent, at, write_at
         port_busy_rank=last(ports.port_busy_rank, dep.busy_rank), port_train_rank=last(ports.port_train_rank, dep.rank),
         port_last_scheduled_ps=last(ports.port_last_scheduled_ps, dep.scheduled_ps),
     )  # fmt: skip
+
+
+def row_before(values, base):
+    """(R, K): at each row, ``values`` (R, K) at the row before it, ``base`` (K,) at row 0
+    (what ``link_fields`` reads as the departure before each of a port's rows)."""
+    return jnp.concatenate([base[None], values[:-1]])
 
 
 def latest(values, begins, base):
