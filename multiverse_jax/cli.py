@@ -107,6 +107,8 @@ def main() -> None:
     named in its message) and exits 1 before calling the task; that is bad input, so it
     becomes exit code 2 like the errors this module reports itself.
     """
+    global _task_started
+    _task_started = False  # (a process may call this more than once: the tests, a notebook)
     try:
         _hydra_main()
     except SystemExit as exc:

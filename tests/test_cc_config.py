@@ -2,14 +2,13 @@
 
 import dataclasses
 import enum
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from conftest import cli_exit_code
 from multiverse_jax.cli import run
 from multiverse_jax.conf.schema import CcKind, Config, DcqcnConfig, DctcpConfig, HpccConfig, SwitchConfig, TimelyConfig
 from multiverse_jax.config import CONFIG_PATH, experiment_from_config, load_config, resolve_config
@@ -216,13 +215,10 @@ def test_schema_rejects_wrong_types_keys_and_options_when_composing(override, ne
         assert needle in message
 
 
-def test_cli_subprocess_bad_cc_param_exits_2(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "multiverse_jax.cli", "cc=hpcc", "hpcc.eta=0", f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert "hpcc.eta must be a finite number > 0 and <= 1, got 0" in proc.stderr and "Traceback" not in proc.stderr
+def test_cli_bad_cc_param_exits_2(tmp_path, capsys):
+    assert cli_exit_code(tmp_path, "cc=hpcc", "hpcc.eta=0") == 2
+    err = capsys.readouterr().err
+    assert "hpcc.eta must be a finite number > 0 and <= 1, got 0" in err and "Traceback" not in err
 
 
 def test_hpcc_constants_as_htsim_sets_them():

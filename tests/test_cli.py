@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_module
 
+from conftest import cli_exit_code
 from multiverse_jax.cli import run
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.errors import InputError
@@ -149,13 +150,10 @@ def test_choices_are_enums_checked_when_composing(override, key, valid):
     assert f"full_key: {key}" in message and f"expected one of {valid}" in message
 
 
-def test_cli_subprocess_bad_choice_exits_2(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "multiverse_jax.cli", "workload.placement=scattered", f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert "workload.placement" in proc.stderr and "expected one of [packed, random, rail]" in proc.stderr
+def test_cli_bad_choice_exits_2(tmp_path, capsys):
+    assert cli_exit_code(tmp_path, "workload.placement=scattered") == 2
+    err = capsys.readouterr().err
+    assert "workload.placement" in err and "expected one of [packed, random, rail]" in err
 
 
 def test_malformed_cm_line_exit_2(tmp_path, capsys):
@@ -223,9 +221,15 @@ def test_cli_subprocess_bad_value_exits_2(tmp_path):
     proc = cli(tmp_path, "cc=reno")  # Hydra's error (no such group option) becomes exit 2
     assert proc.returncode == 2
     assert "Could not find 'cc/reno'" in proc.stderr and "Traceback" not in proc.stderr
-    proc = cli(tmp_path, "workload.flow_bytes=-5")  # ours
-    assert proc.returncode == 2
-    assert "workload.flow_bytes" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_bad_values_exit_2_in_one_process(tmp_path, capsys):
+    """Ours (found in the task), then Hydra's (before any task: the first call's task started,
+    as in a notebook): each is bad input, exit 2, a message without a traceback."""
+    for override, needle in [("workload.flow_bytes=-5", "workload.flow_bytes"), ("cc=reno", "Could not find 'cc/reno'")]:
+        assert cli_exit_code(tmp_path, override) == 2, override
+        err = capsys.readouterr().err
+        assert needle in err and "Traceback" not in err, err
 
 
 def test_shipped_examples_run(tmp_path):
