@@ -42,7 +42,9 @@ FLOW_SMALL = dataclasses.replace(SMALL, slots_per_host=1, path_len=8, flow_level
 
 
 def run_flow(experiments, batching="auto"):
-    return simulate(experiments, slots_per_host=1, static=FLOW_SMALL, batching=batching)
+    """Simulate at FLOW_SMALL, padded to ``padded_size`` experiments (as ``run_small``): one
+    program per batching mode for 1 to 4 experiments."""
+    return simulate(experiments, slots_per_host=1, static=FLOW_SMALL, batching=batching, batch_size=padded_size(len(experiments)))
 
 
 def flow_exp(topology, flows, **kw):
@@ -174,7 +176,7 @@ def test_random_networks_conserve_bytes_and_respect_capacity(experiments):
     faster than its slowest link, and no link carries more data than its rate allows
     over the run."""
     experiments = [dataclasses.replace(e, sim=dataclasses.replace(e.sim, mode="flow")) for e in experiments]
-    batch = build_batch(experiments, static=FLOW_SMALL, slots_per_host=1)
+    batch = build_batch(experiments, static=FLOW_SMALL, slots_per_host=1, batch_size=padded_size(len(experiments)))
     state, _ = engine.run(batch.params, batch.state, steps_per_call=4)
     data_paths = np.asarray(jax.jit(jax.vmap(lambda p: flow_paths(p)[0]))(batch.params))
     for e, (exp, result) in enumerate(zip(experiments, results(batch, state))):

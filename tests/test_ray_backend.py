@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import SMALL
+from conftest import SMALL, padded_size
 from multiverse_jax.conf.schema import SimConfig
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.errors import InputError
@@ -21,9 +21,10 @@ from multiverse_jax.workload.flows import make_flows
 pytestmark = pytest.mark.filterwarnings(r"ignore:os\.fork\(\) was called:RuntimeWarning")
 
 K4 = fattree(4, 100.0, 1.0)
-# run_small's shapes (one experiment per group, SMALL): the reference runs here share the
-# suite's compiled program, and both groups share one program on the workers.
-KWARGS = {"slots_per_host": SMALL.slots_per_host, "static": SMALL}
+# run_small's shapes and batch size (one experiment per group, SMALL, padded to four): the
+# reference runs here share the suite's compiled program (from the persistent cache when
+# another worker compiled it), and both groups share one program on the workers.
+KWARGS = {"slots_per_host": SMALL.slots_per_host, "static": SMALL, "batch_size": padded_size(1)}
 GROUPS = [
     ([Experiment(K4, make_flows([0], [15], [30_000], [0]))], KWARGS),
     ([Experiment(K4, make_flows([1, 2], [14, 3], [20_000, 5_000], [0, 0]), sim=SimConfig(seed=3))], KWARGS),
