@@ -132,17 +132,17 @@ def chain(rates_gbps, delays_us):
     return from_cables(f"chain{hops}", names, 2, cables)
 
 
-def cli_exit_code(tmp_path, *overrides) -> int:
-    """The ``multiverse-jax OVERRIDES`` command run in this process (``cli.main``, with
-    ``sys.argv`` as the command line gives it: Hydra parses it), run directory under
-    ``tmp_path``: its exit code (0 when it returns). Cheaper than a subprocess, which starts
-    Python and imports JAX again (5-9 s on 2 cores); ``test_cli`` keeps subprocesses for the
-    real command's exits."""
+def run_cli(*args) -> int:
+    """``multiverse-jax ARGS`` (overrides, ``-m`` for a sweep) run in this process: ``cli.main``
+    with ``sys.argv`` as the command line gives it (Hydra parses it); its exit code, 0 when it
+    returns. The compiled programs stay shared with the other tests, and no Python starts and
+    imports JAX again (4-6 s a subprocess on 2 cores); ``test_cli`` keeps subprocesses for the
+    real command's exits. Any other exception (a test's simulated kill) propagates."""
     import sys
 
     from multiverse_jax import cli
 
-    argv = ["multiverse-jax", *overrides, f"hydra.run.dir={tmp_path / 'run'}"]
+    argv = ["multiverse-jax", *args]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "argv", argv)
         try:
@@ -152,7 +152,7 @@ def cli_exit_code(tmp_path, *overrides) -> int:
     return 0
 
 
-__all__ = ["SMALL", "cli_exit_code", "run_small", "padded_size", "wire_sizes", "pipeline_ps", "store_and_forward_ps", "chain", "build_batch", "np"]
+__all__ = ["SMALL", "run_cli", "run_small", "padded_size", "wire_sizes", "pipeline_ps", "store_and_forward_ps", "chain", "build_batch", "np"]
 
 
 # Every compiled XLA program keeps memory mappings for its code; a whole suite in one

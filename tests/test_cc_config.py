@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from conftest import cli_exit_code
+from conftest import run_cli
 from multiverse_jax.cli import run
 from multiverse_jax.conf.schema import CcKind, Config, DcqcnConfig, DctcpConfig, HpccConfig, SwitchConfig, TimelyConfig
 from multiverse_jax.config import CONFIG_PATH, experiment_from_config, load_config, resolve_config
@@ -216,7 +216,7 @@ def test_schema_rejects_wrong_types_keys_and_options_when_composing(override, ne
 
 
 def test_cli_bad_cc_param_exits_2(tmp_path, capsys):
-    assert cli_exit_code(tmp_path, "cc=hpcc", "hpcc.eta=0") == 2
+    assert run_cli("cc=hpcc", "hpcc.eta=0", f"hydra.run.dir={tmp_path / 'run'}") == 2
     err = capsys.readouterr().err
     assert "hpcc.eta must be a finite number > 0 and <= 1, got 0" in err and "Traceback" not in err
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_module
 
-from conftest import cli_exit_code
+from conftest import run_cli
 from multiverse_jax.cli import run
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.errors import InputError
@@ -151,7 +151,7 @@ def test_choices_are_enums_checked_when_composing(override, key, valid):
 
 
 def test_cli_bad_choice_exits_2(tmp_path, capsys):
-    assert cli_exit_code(tmp_path, "workload.placement=scattered") == 2
+    assert run_cli("workload.placement=scattered", f"hydra.run.dir={tmp_path / 'run'}") == 2
     err = capsys.readouterr().err
     assert "workload.placement" in err and "expected one of [packed, random, rail]" in err
 
@@ -227,7 +227,7 @@ def test_cli_bad_values_exit_2_in_one_process(tmp_path, capsys):
     """Ours (found in the task), then Hydra's (before any task: the first call's task started,
     as in a notebook): each is bad input, exit 2, a message without a traceback."""
     for override, needle in [("workload.flow_bytes=-5", "workload.flow_bytes"), ("cc=reno", "Could not find 'cc/reno'")]:
-        assert cli_exit_code(tmp_path, override) == 2, override
+        assert run_cli(override, f"hydra.run.dir={tmp_path / 'run'}") == 2, override
         err = capsys.readouterr().err
         assert needle in err and "Traceback" not in err, err
 

@@ -113,7 +113,7 @@ def test_sweep_through_ray_equals_the_local_sweep(ray_cluster, monkeypatch, tmp_
     from test_sweep import multirun, same_flows, table
 
     sweep = ("lb=ecmp,spray", "sim.seed=1,2", "hydra.launcher.max_batch_size=2")
-    multirun(monkeypatch, tmp_path / "local", *sweep)
+    multirun(tmp_path / "local", *sweep)
     # Ray is already initialised (the fixture): the launcher reuses it, whatever the address.
     # Nothing may run here: local chunks would fail (Ray's workers are other processes).
     from multiverse_jax.sweep import groups
@@ -122,7 +122,7 @@ def test_sweep_through_ray_equals_the_local_sweep(ray_cluster, monkeypatch, tmp_
         raise AssertionError("a chunk ran in the driver, not on Ray")
 
     monkeypatch.setattr(groups, "run_chunk", not_here)
-    multirun(monkeypatch, tmp_path / "ray", *sweep, "hydra.launcher.ray_address=auto")
+    multirun(tmp_path / "ray", *sweep, "hydra.launcher.ray_address=auto")
     local, remote = table(tmp_path / "local"), table(tmp_path / "ray")
     assert remote["status"] == ["ok"] * 4 and remote["overrides"] == local["overrides"]
     for name in ("job_time_us", "fct_mean_us", "fct_p99_us", "max_queue_bytes", "point_key", "group"):

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 
-from multiverse_jax import cli, engine
+from conftest import run_cli
+from multiverse_jax import engine
 from multiverse_jax.errors import InputError
 from multiverse_jax.report import sweep_report
 from multiverse_jax.sweep import groups
@@ -41,16 +41,14 @@ SPACE = {
 N_JOBS = 12
 
 
-def multirun(sweep_dir, *overrides) -> None:
-    """``multiverse-jax -m OVERRIDES`` in this process (so compiled programs are shared)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "argv", ["multiverse-jax", "-m", *overrides, *BASE, f"hydra.sweep.dir={sweep_dir}"])
-        cli._hydra_main()
+def multirun(sweep_dir, *overrides) -> int:
+    """``multiverse-jax -m OVERRIDES`` in this process (so compiled programs are shared): its exit code."""
+    return run_cli("-m", *overrides, *BASE, f"hydra.sweep.dir={sweep_dir}")
 
 
-def search(sweep_dir, *options) -> None:
+def search(sweep_dir, *options) -> int:
     space = [f"{key}=choice({','.join(map(str, values))})" for key, values in SPACE.items()]
-    multirun(sweep_dir, "hydra/sweeper=optuna", f"hydra.sweeper.n_jobs={N_JOBS}", "hydra.sweeper.sampler.seed=0",
+    return multirun(sweep_dir, "hydra/sweeper=optuna", f"hydra.sweeper.n_jobs={N_JOBS}", "hydra.sweeper.sampler.seed=0",
              *options, *space)
 
 
@@ -66,7 +64,7 @@ def design(row: dict) -> tuple:
 def grid(tmp_path_factory) -> list[dict]:
     """Every point of the space, as one batched sweep."""
     sweep_dir = tmp_path_factory.mktemp("grid")
-    multirun(sweep_dir, *(f"{key}={','.join(map(str, values))}" for key, values in SPACE.items()),
+    assert 0 == multirun(sweep_dir, *(f"{key}={','.join(map(str, values))}" for key, values in SPACE.items()),
              f"hydra.launcher.min_batch_size={N_JOBS}", f"hydra.launcher.max_batch_size={N_JOBS}")
     out = rows(sweep_dir)
     assert len(out) == 36 and sum(r["status"] == "ok" for r in out) == 32  # XON 50000 > XOFF 30000, 45000: invalid
@@ -80,7 +78,7 @@ def test_a_search_finds_the_grid_optimum_as_batched_programs_and_resumes(grid, t
 
     sweep_dir = tmp_path / "search"
     compiled = engine.compiled_programs()
-    search(sweep_dir, "hydra.sweeper.n_trials=24", "hydra.sweeper.objective=fct_mean_us")
+    assert search(sweep_dir, "hydra.sweeper.n_trials=24", "hydra.sweeper.objective=fct_mean_us") == 0
     # 24 trials in two asks of 12, each padded to 12 experiments whatever number of its
     # points is valid: the grid's program, no new one.
     assert engine.compiled_programs() == compiled
@@ -103,7 +101,7 @@ def test_a_search_finds_the_grid_optimum_as_batched_programs_and_resumes(grid, t
     real_run_chunk = groups.run_chunk
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(groups, "run_chunk", lambda e, *a, **k: simulated.append(len(e)) or real_run_chunk(e, *a, **k))
-        search(sweep_dir, "hydra.sweeper.n_trials=24", "hydra.sweeper.objective=fct_mean_us")
+        assert search(sweep_dir, "hydra.sweeper.n_trials=24", "hydra.sweeper.objective=fct_mean_us") == 0
     assert simulated == []
     assert math.isclose(OmegaConf.load(sweep_dir / "optimization_results.yaml").best_value, best)
 
@@ -116,7 +114,7 @@ def test_a_two_objective_search_finds_the_grid_pareto_front(grid, tmp_path, caps
     assert 1 < len(grid_front) < len(ok)  # a real trade-off: queue against completion time
 
     sweep_dir = tmp_path / "search2"
-    search(sweep_dir, "hydra.sweeper.n_trials=24", f"hydra.sweeper.objective=[{','.join(objectives)}]",
+    assert 0 == search(sweep_dir, "hydra.sweeper.n_trials=24", f"hydra.sweeper.objective=[{','.join(objectives)}]",
            "hydra.sweeper.direction=[minimize,minimize]", "hydra/sweeper/sampler=nsgaii",
            "hydra.sweeper.sampler.population_size=12")
     solutions = OmegaConf.load(sweep_dir / "optimization_results.yaml").solutions
@@ -139,9 +137,7 @@ def test_an_unknown_objective_names_the_key_and_the_valid_metrics():
 
 def test_a_search_with_an_unknown_objective_stops_before_simulating(tmp_path):
     # (The message, objective_names' InputError above, goes to stderr as one line.)
-    with pytest.raises(SystemExit) as exit_info:
-        search(tmp_path / "bad", "hydra.sweeper.n_trials=2", "hydra.sweeper.objective=fct_p42_us")
-    assert exit_info.value.code == 2  # bad input, as the CLI reports it
+    assert search(tmp_path / "bad", "hydra.sweeper.n_trials=2", "hydra.sweeper.objective=fct_p42_us") == 2  # bad input, as the CLI reports it
     assert not (tmp_path / "bad" / TABLE_FILE).exists()
 
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import run_cli
 from multiverse_jax import cli, engine
 from multiverse_jax.components.static import Static
 from multiverse_jax.conf.schema import sweep_name
@@ -25,11 +24,10 @@ from multiverse_jax.sweep.results import TABLE_FILE
 SMALL = ["workload.flow_bytes=20000", "sim.packets_per_host=40", "sim.sample_interval_us=0", "output=minimal"]
 
 
-def multirun(monkeypatch, sweep_dir, *overrides, base=SMALL) -> None:
-    """``multiverse-jax -m OVERRIDES`` in this process (so compiled programs are shared)."""
-    argv = ["multiverse-jax", "-m", *overrides, *base, f"hydra.sweep.dir={sweep_dir}"]
-    monkeypatch.setattr(sys, "argv", argv)
-    cli._hydra_main()
+def multirun(sweep_dir, *overrides, base=SMALL) -> None:
+    """``multiverse-jax -m OVERRIDES`` in this process (so compiled programs are shared); it
+    must exit 0."""
+    assert run_cli("-m", *overrides, *base, f"hydra.sweep.dir={sweep_dir}") == 0
 
 
 def table(sweep_dir) -> dict:
@@ -45,7 +43,7 @@ def same_flows(a, b) -> bool:
 def test_sweep_is_one_compiled_batch_with_a_job_dir_per_point_equal_to_single_runs(monkeypatch, tmp_path):
     sweep_dir = tmp_path / "sweep"
     compiled_before = engine.compiled_programs()
-    multirun(monkeypatch, sweep_dir, "cc=none,dcqcn", "lb=ecmp,spray", "switch.buffer_bytes=200000,400000,800000")
+    multirun(sweep_dir, "cc=none,dcqcn", "lb=ecmp,spray", "switch.buffer_bytes=200000,400000,800000")
     # 12 points, one static shape: one compiled program (this shape is new to the process).
     assert engine.compiled_programs() - compiled_before == 1
     rows = table(sweep_dir)
@@ -88,7 +86,7 @@ def test_a_sweep_with_invalid_points_finishes_the_others(monkeypatch, tmp_path, 
     asked = []  # the sweep's compilation cache (the tests' own stands: conftest)
     monkeypatch.setattr(compile_cache, "use_compile_cache", lambda setting: asked.append(setting))
     # A negative buffer and an odd fat-tree arity pass the schema (integers) but not validation.
-    multirun(monkeypatch, sweep_dir, "switch.buffer_bytes=200000,-5", "topology.k=4,3", f"sim.compile_cache={tmp_path}/kept")
+    multirun(sweep_dir, "switch.buffer_bytes=200000,-5", "topology.k=4,3", f"sim.compile_cache={tmp_path}/kept")
     assert asked == [f"{tmp_path}/kept"]
     rows = table(sweep_dir)
     status = dict(zip(rows["overrides"], rows["status"]))
@@ -110,7 +108,7 @@ def test_a_sweep_with_invalid_points_finishes_the_others(monkeypatch, tmp_path, 
 def test_an_llm_point_that_does_not_fit_in_gpu_memory_is_reported_oom(monkeypatch, tmp_path):
     sweep_dir = tmp_path / "sweep"
     tiny = "{layers:2,hidden:256,heads:4,seq_len:128,vocab:1000}"
-    multirun(monkeypatch, sweep_dir, "workload=llm", f"workload.model=gpt3-175b,{tiny}",
+    multirun(sweep_dir, "workload=llm", f"workload.model=gpt3-175b,{tiny}",
              base=["sim.sample_interval_us=0", "output=minimal"])
     rows = table(sweep_dir)
     assert rows["status"] == ["oom", "ok"]
@@ -125,7 +123,7 @@ def test_a_point_that_does_not_compose_is_reported_and_the_others_run(monkeypatc
     """A wrong type in one swept value: that point is invalid with Hydra's message naming the
     key (the batched sweeper leaves composing to the launcher); the other point runs."""
     sweep_dir = tmp_path / "sweep"
-    multirun(monkeypatch, sweep_dir, "sim.seed=0,x")
+    multirun(sweep_dir, "sim.seed=0,x")
     rows = table(sweep_dir)
     assert rows["status"] == ["ok", "invalid"]
     assert "sim.seed" in rows["reason"][1] and "could not be converted to Integer" in rows["reason"][1]
@@ -175,21 +173,21 @@ def test_killed_sweep_resumes_with_only_the_missing_points(monkeypatch, tmp_path
 
     monkeypatch.setattr(groups, "run_chunk", killed_after_two_chunks)
     with pytest.raises(KeyboardInterrupt):
-        multirun(monkeypatch, sweep_dir, *sweep)
+        multirun(sweep_dir, *sweep)
     assert simulated == [2, 2]
     assert sorted(table(sweep_dir)["job_num"]) == [0, 1, 2, 3]  # the finished chunks were saved
 
     simulated.clear()
     monkeypatch.setattr(groups, "run_chunk", lambda experiments, *a, **k: simulated.append(len(experiments))
                         or real_run_chunk(experiments, *a, **k))
-    multirun(monkeypatch, sweep_dir, *sweep)
+    multirun(sweep_dir, *sweep)
     assert simulated == [2]  # only points 4 and 5
     rows = table(sweep_dir)
     assert sorted(rows["job_num"]) == list(range(6)) and set(rows["status"]) == {"ok"}
     assert len(set(rows["point_key"])) == 6
 
     simulated.clear()
-    multirun(monkeypatch, sweep_dir, *sweep)  # everything done: nothing simulated
+    multirun(sweep_dir, *sweep)  # everything done: nothing simulated
     assert simulated == []
 
 
@@ -197,17 +195,16 @@ def test_default_sweep_directory_holds_every_point(monkeypatch, tmp_path):
     """Without hydra.sweep.dir: one directory named after the sweep, every job inside it
     (each point's own overrides must not rename it), and a re-run resumes there."""
     monkeypatch.chdir(tmp_path)
-    argv = ["multiverse-jax", "-m", "lb=ecmp,spray", *SMALL]
-    monkeypatch.setattr(sys, "argv", argv)
-    cli._hydra_main()
+    args = ["lb=ecmp,spray", *SMALL]
+    assert run_cli("-m", *args) == 0
     (sweep_dir,) = (tmp_path / "multirun" / "config").iterdir()
-    assert sweep_dir.name == sweep_name(argv[2:])
+    assert sweep_dir.name == sweep_name(args)
     rows = table(sweep_dir)
     assert rows["job_dir"] == ["0", "1"] and rows["status"] == ["ok", "ok"]
     assert all((sweep_dir / d / "summary.json").is_file() for d in rows["job_dir"])
     simulated = []
     monkeypatch.setattr(groups, "run_chunk", lambda *a, **k: simulated.append(1))
-    cli._hydra_main()
+    assert run_cli("-m", *args) == 0
     assert simulated == [] and len(list((tmp_path / "multirun" / "config").iterdir())) == 1
 
 
@@ -273,7 +270,7 @@ def test_a_point_repeated_in_one_sweep_is_simulated_once(monkeypatch, tmp_path):
     simulated = []
     real_run_chunk = groups.run_chunk
     monkeypatch.setattr(groups, "run_chunk", lambda e, *a, **k: simulated.append(len(e)) or real_run_chunk(e, *a, **k))
-    multirun(monkeypatch, sweep_dir, "lb=spray,spray")
+    multirun(sweep_dir, "lb=spray,spray")
     assert simulated == [1]
     rows = table(sweep_dir)
     assert rows["job_num"] == [0] and rows["status"] == ["ok"]  # one row per distinct point
