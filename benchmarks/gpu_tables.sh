@@ -4,6 +4,7 @@
 # JSON under $OUT as it goes, so a slow step costs its own rows only.
 #
 #   device run: bash benchmarks/gpu_tables.sh      (carry: .whl)
+#   STEPS=passes bash benchmarks/gpu_tables.sh      (issue 14's open measurement: the passes on a GPU, ~6 min)
 #   STEPS="sweep sweep256" SWEEP_PREFIX=columns,per_host SWEEP_S=235 SWEEP256_S=300 bash benchmarks/gpu_tables.sh
 #
 # The device image has JAX with CUDA but no Hydra: hydra-core, omegaconf and
@@ -33,7 +34,12 @@ step() {  # step SECONDS ARGS...: one benchmark, bounded, logged
   echo "== $(date -u +%T) $*" | tee -a "$log"
   timeout "$limit" python3 "$@" 2>&1 | tee -a "$log"
 }
-want() { [[ " ${STEPS:-et_vmap long_runs sweep sweep256 et_map} " == *" $1 "* ]]; }  # STEPS: which steps, in this order
+want() { [[ " ${STEPS:-passes et_vmap long_runs sweep sweep256 et_map} " == *" $1 "* ]]; }  # STEPS: which steps, in this order
+# the issue's sweep (32 points, vmap) with no pass, the FIFO pass alone, and the FIFO and NIC passes
+# (sim.fifo_pass, sim.nic_pass: an accelerator's defaults, never timed on a GPU), two rounds each,
+# FCTs compared bit for bit; the variants alternate, so the second round's rows are the comparison
+want passes && step ${PASSES_S:-420} benchmarks/sweep_vs_htsim.py --points ${SWEEP_POINTS:-32} --modes vmap --devices 1 \
+  --fifo-pass never,always --nic-pass never,always --rounds 2 --htsim-points 0 --out "$OUT/sweep_passes.json"
 # k=8 permutation, the README's table: vmap (the whole batch in lockstep on an accelerator)
 want et_vmap && step ${ET_VMAP_S:-230} benchmarks/engine_throughput.py --ks 8 --experiments ${ET_E:-64,1024} --batching vmap \
   --baseline-max 2 --round-samples 0 --htsim-points 0 --min-time 1 --max-repeats 3 --out "$OUT/et_vmap.json"

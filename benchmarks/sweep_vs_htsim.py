@@ -23,6 +23,8 @@ running half the points use both.
     python benchmarks/sweep_vs_htsim.py --modes vmap --live-prefix columns,per_host --htsim-points 0
     python benchmarks/sweep_vs_htsim.py --modes map --devices 2 --rounds 5   # ours and htsim alternating, 5 times
     python benchmarks/sweep_vs_htsim.py --modes map --devices 2 --rounds 5 --fifo-pass never,always   # sim.fifo_pass both ways
+    python benchmarks/sweep_vs_htsim.py --modes vmap --points 32 --fifo-pass never,always --nic-pass never,always --htsim-points 0
+        # no pass, the FIFO pass alone, and both (the NIC pass runs with the FIFO pass only: that pair is left out)
 
 ``--rounds R`` runs every variant and then htsim R times, alternating, in one process: on a
 shared machine whose speed drifts from minute to minute (both simulators' rates moved by
@@ -70,6 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help=f"sim.steps_per_call values each mode runs with, e.g. 64,256 (default {STEPS_PER_CALL}, the config's)",
     )
     p.add_argument("--fifo-pass", default="auto", help="sim.fifo_pass values each mode runs with, e.g. auto,always (default auto: off on a CPU)")
+    p.add_argument("--nic-pass", default="auto", help="sim.nic_pass values each mode runs with, e.g. never,always (default auto: off on a CPU)")
     p.add_argument("--rounds", type=int, default=1, help="rounds of every variant then htsim, alternating (default 1; the first compiles)")
     p.add_argument("--out", type=Path, default=RESULTS / "sweep_vs_htsim.json")
     return p.parse_args(argv)
@@ -87,8 +90,9 @@ def main(argv=None) -> int:
     configs = [htsim.our_config(network, "roce", cm) for cm in cm_paths]
     variants = list(itertools.product(
         args.modes.split(","), device_counts, args.live_prefix.split(","), [int(n) for n in args.steps_per_call.split(",")],
-        args.fifo_pass.split(","),
+        args.fifo_pass.split(","), args.nic_pass.split(","),
     ))  # fmt: skip
+    variants = [v for v in variants if not (v[-2] == "never" and v[-1] == "always")]  # the NIC pass needs the FIFO pass
     rows = []
     first_fcts = []  # every variant of every round must give the same flows' FCTs, bit for bit
     build = None
@@ -97,6 +101,8 @@ def main(argv=None) -> int:
             row, hops = run_ours(args, configs, *variant, first_fcts)
             rows.append(dict(row, round=round_))
             write(args, rows)  # as it goes: a run cut short (a device's time limit) keeps its rows
+        if args.htsim_points < 1:  # not even built (a device without the peer's toolchain)
+            continue
         try:
             build = build or htsim.build_htsim()
             rows.append(dict(run_htsim(args, build, cm_paths, network, folder, hops), round=round_))
@@ -108,12 +114,13 @@ def main(argv=None) -> int:
     return 0
 
 
-def run_ours(args, configs, mode: str, n_devices: int, live_prefix: str, steps_per_call: int, fifo_pass: str, first_fcts: list):
+def run_ours(args, configs, mode: str, n_devices: int, live_prefix: str, steps_per_call: int, fifo_pass: str, nic_pass: str, first_fcts: list):
     """One run of our batch in one variant: (its row, (N,) its points' packet-hops). The
     first variant's FCTs go into ``first_fcts``; every later run is checked against them."""
     for config in configs:
         config["sim"]["live_prefix"] = live_prefix
         config["sim"]["fifo_pass"] = fifo_pass
+        config["sim"]["nic_pass"] = nic_pass
     experiments = [experiment_from_config(config) for config in configs]
     results, wall_s, compile_s, slots = run_batch(experiments, args.slots_per_host, 1 << 13, mode, n_devices, steps_per_call)
     hops = np.array([r.summary["n_packet_hops"] for r in results], dtype=np.int64)
@@ -121,6 +128,7 @@ def run_ours(args, configs, mode: str, n_devices: int, live_prefix: str, steps_p
     label = f"{mode}" + (f", {n_devices} devices" if n_devices > 1 else "") + (f", live prefix {live_prefix}" if live_prefix != "auto" else "")
     label += f", {steps_per_call} windows a call" if steps_per_call != STEPS_PER_CALL else ""
     label += f", FIFO pass {fifo_pass}" if fifo_pass != "auto" else ""
+    label += f", NIC pass {nic_pass}" if nic_pass != "auto" else ""
     if bad:
         print(f"{label}: points {bad} did not finish: {results[bad[0]].summary['error']}", file=sys.stderr)
     fcts = [r.flows["fct_ps"] for r in results]
@@ -134,10 +142,11 @@ def run_ours(args, configs, mode: str, n_devices: int, live_prefix: str, steps_p
         "simulator": f"multiverse-jax sim.batching={mode}" + (f" sim.devices={n_devices}" if n_devices > 1 else "")
         + (f" sim.live_prefix={live_prefix}" if live_prefix != "auto" else "")
         + (f" sim.steps_per_call={steps_per_call}" if steps_per_call != STEPS_PER_CALL else "")
-        + (f" sim.fifo_pass={fifo_pass}" if fifo_pass != "auto" else ""),
+        + (f" sim.fifo_pass={fifo_pass}" if fifo_pass != "auto" else "")
+        + (f" sim.nic_pass={nic_pass}" if nic_pass != "auto" else ""),
         "points": args.points, "wall_s": wall_s, "compile_s": compile_s, "packet_hops": int(hops.sum()),
         "rate": hops.sum() / wall_s, "slots_per_host": slots, "cores": os.cpu_count(), "devices": n_devices,
-        "live_prefix": live_prefix, "steps_per_call": steps_per_call, "fifo_pass": fifo_pass, "same_fcts_as_first": same,
+        "live_prefix": live_prefix, "steps_per_call": steps_per_call, "fifo_pass": fifo_pass, "nic_pass": nic_pass, "same_fcts_as_first": same,
     }  # fmt: skip
     return row, hops
 
@@ -145,9 +154,7 @@ def run_ours(args, configs, mode: str, n_devices: int, live_prefix: str, steps_p
 def run_htsim(args, build, cm_paths, network, folder, hops) -> dict:
     """htsim's run of the first ``--htsim-points`` points, one after another: its row (its
     rate is our packet-hops count for those points over its wall time)."""
-    n = min(args.htsim_points, args.points)
-    if n < 1:
-        raise htsim.PeerUnavailable("--htsim-points 0")
+    n = min(args.htsim_points, args.points)  # at least 1: main skips htsim at 0
     walls = [htsim.run_htsim(build, "roce", cm_paths[i], network, folder, patched=False).wall_s for i in range(n)]
     print(f"htsim: {n} points in {sum(walls):.1f} s, {hops[:n].sum() / sum(walls):,.0f} packet-hops/s", flush=True)
     return {
