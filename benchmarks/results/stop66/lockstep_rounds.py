@@ -1,0 +1,97 @@
+"""Issue 14, item 1 in lockstep: the transmit rounds a window of the htsim sweep's points
+needs after the passes, each point alone and as a lockstep batch of all of them would run
+them (the most of the batch's running points), with no pass, the FIFO pass, and the FIFO
+and NIC passes.
+
+The sweep's 8 points (``sweep_vs_htsim.py``: k=8 permutations of 4 MB flows, seeds 0-7,
+htsim's configuration) run as one batch in ``map`` for ``--stride`` windows at a time; at
+each stop, every running point's next window is counted with ``step_profile.transmit_rounds``
+(the systems before transmit applied, then ``window_start`` with the batch's passes, then
+the rounds over every port until none sends). ``rounds_in_lockstep`` gives the mean rounds
+a window of a point alone, the mean of the batch's most (what one ``vmap`` batch of the 8
+runs: an accelerator's whole batch in lockstep) and the waste 1 - own / lockstep. The
+passes themselves are one step each, whatever the point, so "passes a window" adds them.
+
+    python benchmarks/results/stop66/lockstep_rounds.py --stride 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import jax
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
+
+import multiverse_jax  # noqa: F401,E402  (64-bit integers)
+from multiverse_jax import engine  # noqa: E402
+from multiverse_jax.batch import build_batch  # noqa: E402
+from multiverse_jax.config import experiment_from_config  # noqa: E402
+from multiverse_jax.peers import htsim  # noqa: E402
+from multiverse_jax.peers.scenarios import permutation  # noqa: E402
+from machine import machine_info  # noqa: E402
+from step_profile import rounds_in_lockstep, transmit_rounds  # noqa: E402
+
+VARIANTS = {"no pass": ("never", "never"), "FIFO pass": ("always", "never"), "FIFO and NIC passes": ("always", "always")}
+
+
+def sweep_batch(points: int, fifo_pass: str, nic_pass: str, slots_per_host: int):
+    net = htsim.HtsimNetwork(k=8)
+    folder = Path(tempfile.mkdtemp())
+    configs = [htsim.our_config(net, "roce", permutation(seed, net.n_hosts, 4_000_000).write(folder / f"p{seed}.cm")) for seed in range(points)]
+    for cfg in configs:
+        cfg.setdefault("sim", {}).update(fifo_pass=fifo_pass, nic_pass=nic_pass)
+    return build_batch([experiment_from_config(cfg) for cfg in configs], slots_per_host=slots_per_host)
+
+
+def count(points: int, fifo_pass: str, nic_pass: str, stride: int, slots_per_host: int) -> dict:
+    batch = sweep_batch(points, fifo_pass, nic_pass, slots_per_host)
+    params, state = jax.device_get(batch.params), batch.state
+    one = lambda tree, e: jax.tree.map(lambda x: x[e : e + 1], tree)  # noqa: E731
+    rounds, running = [], []
+    while True:
+        state = engine.advance(batch.params, state, stride, "map")
+        host = jax.device_get(state)
+        alive = ~host.done & (host.error == 0)
+        if not alive.any():
+            break
+        running.append(alive)
+        rounds.append([int(transmit_rounds(one(params, e), one(host, e))[0][0]) if alive[e] else 0 for e in range(points)])
+    rounds, running = np.array(rounds), np.array(running)
+    own, lockstep, waste = rounds_in_lockstep(rounds, running, points)
+    return {
+        "samples": int(running.shape[0]), "rounds_own_mean": own, "rounds_lockstep_mean": lockstep, "lockstep_waste": waste,
+        "rounds_own_max": int(rounds[running].max()), "rounds_lockstep_max": int(rounds.max(axis=1).max()),
+        "rounds": rounds.tolist(), "running": running.tolist(), "errors": host.error.tolist(),
+    }  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--points", type=int, default=8)
+    parser.add_argument("--stride", type=int, default=100, help="windows between counted windows")
+    parser.add_argument("--slots-per-host", type=int, default=512)
+    parser.add_argument("--out", default=str(Path(__file__).with_name("lockstep_rounds.json")))
+    args = parser.parse_args()
+    out = {"args": vars(args), "machine": machine_info(), "variants": {}}
+    print(f"{'variant':22s} {'windows':>7s} {'rounds own':>10s} {'lockstep':>8s} {'waste':>6s} {'max own':>7s} {'max lockstep':>12s} {'passes':>6s}")
+    for name, (fifo_pass, nic_pass) in VARIANTS.items():
+        row = count(args.points, fifo_pass, nic_pass, args.stride, args.slots_per_host)
+        passes = (fifo_pass == "always") + (nic_pass == "always")
+        out["variants"][name] = dict(row, passes=passes)
+        print(
+            f"{name:22s} {row['samples']:7d} {row['rounds_own_mean']:10.2f} {row['rounds_lockstep_mean']:8.2f} "
+            f"{row['lockstep_waste']:6.0%} {row['rounds_own_max']:7d} {row['rounds_lockstep_max']:12d} {passes:6d}",
+            flush=True,
+        )
+        Path(args.out).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
