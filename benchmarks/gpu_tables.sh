@@ -4,7 +4,7 @@
 # JSON under $OUT as it goes, so a slow step costs its own rows only.
 #
 #   device run: bash benchmarks/gpu_tables.sh      (carry: .whl)
-#   STEPS=passes bash benchmarks/gpu_tables.sh      (issue 14's open measurement: the passes on a GPU, ~6 min)
+#   STEPS=passes bash benchmarks/gpu_tables.sh      (issue 14's open measurement: the passes on a GPU, ~8 min)
 #   STEPS="sweep sweep256" SWEEP_PREFIX=columns,per_host SWEEP_S=235 SWEEP256_S=300 bash benchmarks/gpu_tables.sh
 #
 # The device image has JAX with CUDA but no Hydra: hydra-core, omegaconf and
@@ -37,8 +37,10 @@ step() {  # step SECONDS ARGS...: one benchmark, bounded, logged
 want() { [[ " ${STEPS:-passes et_vmap long_runs sweep sweep256 et_map} " == *" $1 "* ]]; }  # STEPS: which steps, in this order
 # the issue's sweep (32 points, vmap) with no pass, the FIFO pass alone, and the FIFO and NIC passes
 # (sim.fifo_pass, sim.nic_pass: an accelerator's defaults, never timed on a GPU), two rounds each,
-# FCTs compared bit for bit; the variants alternate, so the second round's rows are the comparison
-want passes && step ${PASSES_S:-420} benchmarks/sweep_vs_htsim.py --points ${SWEEP_POINTS:-32} --modes vmap --devices 1 \
+# FCTs compared bit for bit; the variants alternate, so the second round's rows are the comparison.
+# Its compiles: ~70 s at stop 43 without a pass; with them 1.6x and 2.2x as long on this CPU (stop 66),
+# so ~350 s of compiling and ~90 s of runs: a call of its own (the rows of round 0 come back if cut)
+want passes && step ${PASSES_S:-540} benchmarks/sweep_vs_htsim.py --points ${SWEEP_POINTS:-32} --modes vmap --devices 1 \
   --fifo-pass never,always --nic-pass never,always --rounds 2 --htsim-points 0 --out "$OUT/sweep_passes.json"
 # k=8 permutation, the README's table: vmap (the whole batch in lockstep on an accelerator)
 want et_vmap && step ${ET_VMAP_S:-230} benchmarks/engine_throughput.py --ks 8 --experiments ${ET_E:-64,1024} --batching vmap \
