@@ -18,7 +18,10 @@ are built into one batch and run with ``engine.run``. Measured per (k, E):
   the Static of the E batch (one compiled E=1 program per k, reused); at most
   ``--baseline-max`` are run and the per-experiment time is scaled up to E;
 * passes per window and lockstep waste (``--round-samples`` windows spread over the run):
-  the transmit rounds a window of each running experiment needs alone
+  the passes every window runs before its rounds (``passes``: the FIFO pass and the NIC pass,
+  where the batch has them: ``--fifo-pass``, ``--nic-pass``, which need every port to have one
+  class queue, ``--ack-class data``, htsim's configuration), then the transmit rounds a
+  window of each running experiment needs alone
   (``step_profile.transmit_rounds``), and under ``vmap`` the rounds its lanes run (the
   most of the running experiments of each lane group, ``engine.lockstep_lanes`` of them
   in batch order, as lanes start); waste = 1 - own / lockstep;
@@ -32,6 +35,7 @@ Nothing here is backend-specific: the same command runs on CPU or GPU.
     python benchmarks/engine_throughput.py --quick
     python benchmarks/engine_throughput.py                 # k=4,8 x E=1,16,64,256
     python benchmarks/engine_throughput.py --experiments-k 8=1,16,64
+    python benchmarks/engine_throughput.py --ks 8 --experiments 16 --batching vmap --ack-class data --fifo-pass always --nic-pass always
 """
 
 from __future__ import annotations
@@ -56,13 +60,15 @@ from step_profile import rounds_in_lockstep, transmit_rounds
 from vs_htsim import run_ours
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
-from multiverse_jax.conf.schema import SimConfig
+from multiverse_jax.conf.schema import PacketConfig, SimConfig
 from multiverse_jax.config import experiment_from_config
 from multiverse_jax.peers import htsim
 from multiverse_jax.peers.scenarios import permutation
 from multiverse_jax.experiment import Experiment
 from multiverse_jax.components.experiment import ERROR_POOL_FULL
+from multiverse_jax.ops import fifo_pass
 from multiverse_jax.simulate import error_message, results
+from multiverse_jax.systems.transmit import nic_pass_applies
 from multiverse_jax.topology import ecmp_table, fattree
 from multiverse_jax.workload.flows import make_flows
 
@@ -118,6 +124,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=0.0,
         help="skip a (k, E) whose projected time (linear in E from the previous E of the same k) exceeds this; 0: never",
     )
+    p.add_argument("--ack-class", default="control", choices=("control", "data"), help="packet.ack_class (default control, ours; data: htsim's, one class queue a port)")
+    p.add_argument("--fifo-pass", default="auto", choices=("auto", "always", "never"), help="sim.fifo_pass (auto: an accelerator's; needs --ack-class data)")
+    p.add_argument("--nic-pass", default="auto", choices=("auto", "always", "never"), help="sim.nic_pass (auto: an accelerator's; with the FIFO pass)")
     p.add_argument("--round-samples", type=int, default=4, help="windows sampled for passes per window and lockstep waste (0: off)")
     p.add_argument("--htsim-points", type=int, default=1, help="htsim_roce runs per k beside us (0: off; skipped without ../shared/peers)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
@@ -148,12 +157,16 @@ def derangement(n: int, seed: int) -> np.ndarray:
             return perm
 
 
-def make_experiments(k: int, n: int, flow_bytes: int) -> list[Experiment]:
+def make_experiments(k: int, n: int, flow_bytes: int, ack_class: str = "control", fifo_pass: str = "auto", nic_pass: str = "auto") -> list[Experiment]:
     topo = fattree(k, RATE_GBPS, DELAY_US)
     table = ecmp_table(topo)  # shared: every experiment of one k has the same network
     hosts = np.arange(topo.n_hosts)
+    packet = PacketConfig(ack_class=ack_class)
     return [
-        Experiment(topology=topo, flows=make_flows(hosts, derangement(topo.n_hosts, e), flow_bytes, 0), sim=SimConfig(seed=e, sample_interval_us=0), ecmp=table)
+        Experiment(
+            topology=topo, flows=make_flows(hosts, derangement(topo.n_hosts, e), flow_bytes, 0), packet=packet, ecmp=table,
+            sim=SimConfig(seed=e, sample_interval_us=0, fifo_pass=fifo_pass, nic_pass=nic_pass),
+        )
         for e in range(n)
     ]
 
@@ -311,6 +324,7 @@ def measure_batch(k: int, experiments: list[Experiment], args, slots: int, stati
         "peak_rss_mib": peak_rss_mib(),
         "device_peak_bytes": device_peak_bytes(),
         "loadavg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "window_passes": int(fifo_pass.applies(batch.static)) + int(nic_pass_applies(batch.static)),
         **passes,
         **checks,
     }
@@ -386,7 +400,7 @@ def measure_baseline(k: int, experiments: list[Experiment], static, args, slots:
 
 def run_k(k: int, args, slots: int, emit) -> list[dict]:
     sizes = args.per_k[k]
-    experiments = make_experiments(k, max(sizes), args.flow_bytes)
+    experiments = make_experiments(k, max(sizes), args.flow_bytes, args.ack_class, args.fifo_pass, args.nic_pass)
     rows = []
     static = None
     baseline = None
@@ -438,6 +452,7 @@ COLUMNS = [
     ("sim µs/s/exp", "sim_us_per_wall_s_per_experiment", "{:.2f}"),
     ("batch/1-at-a-time", "batched_speedup", "{:.2f}x"),
     ("peak RSS MiB", "peak_rss_mib", "{:,.0f}"),
+    ("passes", "window_passes", "{}"),
     ("rounds own", "rounds_per_window_own", "{:.2f}"),
     ("lockstep", "rounds_per_window_lockstep", "{:.2f}"),
     ("waste", "lockstep_waste", "{:.0%}"),
@@ -453,7 +468,7 @@ def format_row(row: dict) -> list[str]:
     return cells
 
 
-WIDTHS = [3, 4, 10, 9, 15, 13, 18, 13, 10, 8, 6]
+WIDTHS = [3, 4, 10, 9, 15, 13, 18, 13, 6, 10, 8, 6]
 
 
 def print_table(rows: list[dict], *, header: bool = True) -> None:
@@ -469,6 +484,9 @@ def metadata(args) -> dict:
         "topology": {"kind": "fattree", "rate_gbps": RATE_GBPS, "delay_us": DELAY_US},
         "workload": "permutation (random derangement, seed e), all flows start at 0",
         "flow_bytes": args.flow_bytes,
+        "ack_class": args.ack_class,
+        "fifo_pass": args.fifo_pass,
+        "nic_pass": args.nic_pass,
         "steps_per_call": args.steps_per_call,
         "slots_per_host_requested": args.slots_per_host,
         "baseline_max": args.baseline_max,

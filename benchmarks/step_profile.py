@@ -85,11 +85,12 @@ def transmit_rounds(params, state):
 def rounds_in_lockstep(rounds: np.ndarray, running: np.ndarray, lanes: int) -> tuple[float, float, float]:
     """From (windows, E) transmit rounds and running flags: the mean rounds per window of
     a running experiment alone, the mean of each lockstep group (the most of ``lanes``
-    consecutive experiments, where one runs; 1: no lockstep), and the waste 1 - own / lockstep."""
+    consecutive experiments, where one runs; 1: no lockstep), and the waste 1 - own / lockstep
+    (0 where no lockstep group ran a round: with the passes, windows may need none)."""
     own = float(rounds[running].mean())
     groups = [r[g : g + lanes].max() for r, on in zip(rounds, running) for g in range(0, r.size, lanes) if on[g : g + lanes].any()]
     lockstep = float(np.mean(groups))
-    return own, lockstep, 1.0 - own / lockstep
+    return own, lockstep, 1.0 - own / lockstep if lockstep else 0.0
 
 
 def permutations(k: int, n_experiments: int, flow_bytes: int) -> list[Experiment]:
