@@ -13,6 +13,11 @@ runs: an accelerator's whole batch in lockstep) and the waste 1 - own / lockstep
 passes themselves are one step each, whatever the point, so "passes a window" adds them.
 
     python benchmarks/results/stop66/lockstep_rounds.py --stride 100
+    python benchmarks/results/stop66/lockstep_rounds.py --variants "FIFO and NIC passes" --waiting 32 --out OUT.json
+
+``--waiting`` and ``--rows`` set the NIC pass's ``WAITING`` and ``ROWS`` (``ops/nic_pass.py``,
+constants read when the program is traced) for this process: how many residual rounds a
+larger pass leaves, for choosing them on an accelerator.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from multiverse_jax import engine  # noqa: E402
 from multiverse_jax.batch import build_batch  # noqa: E402
 from multiverse_jax.config import experiment_from_config  # noqa: E402
 from multiverse_jax.peers import htsim  # noqa: E402
+from multiverse_jax.ops import nic_pass  # noqa: E402
 from multiverse_jax.peers.scenarios import permutation  # noqa: E402
 from machine import machine_info  # noqa: E402
 from step_profile import rounds_in_lockstep, transmit_rounds  # noqa: E402
@@ -40,17 +46,18 @@ from step_profile import rounds_in_lockstep, transmit_rounds  # noqa: E402
 VARIANTS = {"no pass": ("never", "never"), "FIFO pass": ("always", "never"), "FIFO and NIC passes": ("always", "always")}
 
 
-def sweep_batch(points: int, fifo_pass: str, nic_pass: str, slots_per_host: int):
+def sweep_batch(points: int, fifo: str, nic: str, slots_per_host: int):
     net = htsim.HtsimNetwork(k=8)
     folder = Path(tempfile.mkdtemp())
     configs = [htsim.our_config(net, "roce", permutation(seed, net.n_hosts, 4_000_000).write(folder / f"p{seed}.cm")) for seed in range(points)]
     for cfg in configs:
-        cfg.setdefault("sim", {}).update(fifo_pass=fifo_pass, nic_pass=nic_pass)
+        cfg.setdefault("sim", {}).update(fifo_pass=fifo, nic_pass=nic)
     return build_batch([experiment_from_config(cfg) for cfg in configs], slots_per_host=slots_per_host)
 
 
-def count(points: int, fifo_pass: str, nic_pass: str, stride: int, slots_per_host: int) -> dict:
-    batch = sweep_batch(points, fifo_pass, nic_pass, slots_per_host)
+def count(points: int, fifo: str, nic: str, stride: int, slots_per_host: int) -> dict:
+    """``fifo``, ``nic``: ``sim.fifo_pass``, ``sim.nic_pass``."""
+    batch = sweep_batch(points, fifo, nic, slots_per_host)
     params, state = jax.device_get(batch.params), batch.state
     one = lambda tree, e: jax.tree.map(lambda x: x[e : e + 1], tree)  # noqa: E731
     rounds, running = [], []
@@ -76,13 +83,18 @@ def main() -> int:
     parser.add_argument("--points", type=int, default=8)
     parser.add_argument("--stride", type=int, default=100, help="windows between counted windows")
     parser.add_argument("--slots-per-host", type=int, default=512)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="which of: " + ", ".join(VARIANTS))
+    parser.add_argument("--waiting", type=int, default=nic_pass.WAITING, help="the NIC pass's WAITING")
+    parser.add_argument("--rows", type=int, default=nic_pass.ROWS, help="the NIC pass's ROWS")
     parser.add_argument("--out", default=str(Path(__file__).with_name("lockstep_rounds.json")))
     args = parser.parse_args()
+    nic_pass.WAITING, nic_pass.ROWS = args.waiting, args.rows
     out = {"args": vars(args), "machine": machine_info(), "variants": {}}
     print(f"{'variant':22s} {'windows':>7s} {'rounds own':>10s} {'lockstep':>8s} {'waste':>6s} {'max own':>7s} {'max lockstep':>12s} {'passes':>6s}")
-    for name, (fifo_pass, nic_pass) in VARIANTS.items():
-        row = count(args.points, fifo_pass, nic_pass, args.stride, args.slots_per_host)
-        passes = (fifo_pass == "always") + (nic_pass == "always")
+    for name in args.variants.split(","):
+        fifo, nic = VARIANTS[name]
+        row = count(args.points, fifo, nic, args.stride, args.slots_per_host)
+        passes = (fifo == "always") + (nic == "always")
         out["variants"][name] = dict(row, passes=passes)
         print(
             f"{name:22s} {row['samples']:7d} {row['rounds_own_mean']:10.2f} {row['rounds_lockstep_mean']:8.2f} "
