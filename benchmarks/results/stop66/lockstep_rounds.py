@@ -15,9 +15,9 @@ passes themselves are one step each, whatever the point, so "passes a window" ad
     python benchmarks/results/stop66/lockstep_rounds.py --stride 100
     python benchmarks/results/stop66/lockstep_rounds.py --variants "FIFO and NIC passes" --waiting 32 --out OUT.json
 
-``--waiting`` and ``--rows`` set the NIC pass's ``WAITING`` and ``ROWS`` (``ops/nic_pass.py``,
-constants read when the program is traced) for this process: how many residual rounds a
-larger pass leaves, for choosing them on an accelerator.
+``--waiting`` and ``--rows`` set the NIC pass's ``WAITING`` and ``ROWS`` (``ops/nic_pass.py``),
+``--searched`` the FIFO pass's ``SEARCHED`` (``ops/fifo_pass.py``): constants read when the
+program is traced, set for this process: how many residual rounds a larger pass leaves.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from multiverse_jax import engine  # noqa: E402
 from multiverse_jax.batch import build_batch  # noqa: E402
 from multiverse_jax.config import experiment_from_config  # noqa: E402
 from multiverse_jax.peers import htsim  # noqa: E402
-from multiverse_jax.ops import nic_pass  # noqa: E402
+from multiverse_jax.ops import fifo_pass, nic_pass  # noqa: E402
 from multiverse_jax.peers.scenarios import permutation  # noqa: E402
 from machine import machine_info  # noqa: E402
 from step_profile import rounds_in_lockstep, transmit_rounds  # noqa: E402
@@ -86,9 +86,10 @@ def main() -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS), help="which of: " + ", ".join(VARIANTS))
     parser.add_argument("--waiting", type=int, default=nic_pass.WAITING, help="the NIC pass's WAITING")
     parser.add_argument("--rows", type=int, default=nic_pass.ROWS, help="the NIC pass's ROWS")
+    parser.add_argument("--searched", type=int, default=fifo_pass.SEARCHED, help="the FIFO pass's SEARCHED")
     parser.add_argument("--out", default=str(Path(__file__).with_name("lockstep_rounds.json")))
     args = parser.parse_args()
-    nic_pass.WAITING, nic_pass.ROWS = args.waiting, args.rows
+    nic_pass.WAITING, nic_pass.ROWS, fifo_pass.SEARCHED = args.waiting, args.rows, args.searched
     out = {"args": vars(args), "machine": machine_info(), "variants": {}}
     print(f"{'variant':22s} {'windows':>7s} {'rounds own':>10s} {'lockstep':>8s} {'waste':>6s} {'max own':>7s} {'max lockstep':>12s} {'passes':>6s}")
     for name in args.variants.split(","):
