@@ -56,7 +56,7 @@ import numpy as np
 
 import multiverse_jax  # noqa: F401  (switches on 64-bit integers)
 from machine import machine_info
-from step_profile import rounds_in_lockstep, transmit_rounds
+from step_profile import rounds_in_lockstep, rounds_of_each
 from vs_htsim import run_ours
 from multiverse_jax import engine
 from multiverse_jax.batch import build_batch
@@ -342,13 +342,12 @@ def passes_per_window(batch, args, n_windows: int) -> dict:
     lanes = engine.lockstep_lanes(batch.static, E) if engine.resolve_batching(args.batching) == "vmap" else 1
     stride = max(1, n_windows // (args.round_samples + 1))
     params, state = jax.device_get(batch.params), batch.state
-    one = lambda tree, e: jax.tree.map(lambda x: x[e : e + 1], tree)  # noqa: E731
     rounds, running = [], []
     for _ in range(args.round_samples):
         state = engine.advance(batch.params, state, stride, args.batching)
         host = jax.device_get(state)
         running.append(~host.done & (host.error == 0))
-        rounds.append([int(transmit_rounds(one(params, e), one(host, e))[0][0]) if running[-1][e] else 0 for e in range(E)])
+        rounds.append(rounds_of_each(params, host, running[-1]))
     running = np.array(running)
     if not running.any():
         return {}

@@ -82,6 +82,18 @@ def transmit_rounds(params, state):
     return rounds, sends, per_round, came_back
 
 
+def one_experiment(tree, e: int):
+    """Experiment ``e`` of a batch's ``tree`` (params or state, host copies) as a batch of one."""
+    return jax.tree.map(lambda x: x[e : e + 1], tree)
+
+
+def rounds_of_each(params, state, running) -> list[int]:
+    """The transmit rounds the next window of each experiment of a batch needs alone
+    (``transmit_rounds`` of it as a batch of one: one compiled E=1 program), from host copies
+    ``params`` and ``state``; 0 where ``running`` (E,) bool is False (done or failed: no window)."""
+    return [int(transmit_rounds(one_experiment(params, e), one_experiment(state, e))[0][0]) if running[e] else 0 for e in range(running.shape[0])]
+
+
 def rounds_in_lockstep(rounds: np.ndarray, running: np.ndarray, lanes: int) -> tuple[float, float, float]:
     """From (windows, E) transmit rounds and running flags: the mean rounds per window of
     a running experiment alone, the mean of each lockstep group (the most of ``lanes``

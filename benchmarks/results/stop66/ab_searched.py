@@ -10,14 +10,13 @@ import sys
 import time
 
 sys.path.insert(0, "benchmarks")
-from ab_window import on_one_core  # noqa: E402
+from ab_window import compile_with, on_one_core  # noqa: E402
 
 on_one_core()
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from kernel_profile import sweep_point  # noqa: E402
-from multiverse_jax import engine  # noqa: E402
 from multiverse_jax.ops import fifo_pass  # noqa: E402
 
 WINDOWS_A_CALL = 256
@@ -26,17 +25,12 @@ batch = sweep_point(8, 4_000_000, 512, fifo_pass="always")
 
 
 def compiled(searched: int):
-    """``advance``'s program over ``WINDOWS_A_CALL`` windows, traced with ``SEARCHED = searched``."""
-    own = fifo_pass.SEARCHED
-    try:
-        fifo_pass.SEARCHED = searched
-        jax.clear_caches()
-        began = time.perf_counter()
-        program = engine.lower_advance(batch.params, batch.state, WINDOWS_A_CALL).compile()
-        print(f"SEARCHED={searched}: compiled in {time.perf_counter() - began:.1f} s", flush=True)
-        return program
-    finally:
-        fifo_pass.SEARCHED = own
+    """``advance``'s program over ``WINDOWS_A_CALL`` windows, traced with ``SEARCHED = searched``
+    (``ab_window.compile_with`` sets any name of the module for the trace, then puts it back)."""
+    began = time.perf_counter()
+    program = compile_with(fifo_pass, {"SEARCHED": searched}, batch.params, batch.state, WINDOWS_A_CALL)
+    print(f"SEARCHED={searched}: compiled in {time.perf_counter() - began:.1f} s", flush=True)
+    return program
 
 
 def run(program):

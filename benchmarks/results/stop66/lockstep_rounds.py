@@ -41,7 +41,7 @@ from multiverse_jax.peers import htsim  # noqa: E402
 from multiverse_jax.ops import fifo_pass, nic_pass  # noqa: E402
 from multiverse_jax.peers.scenarios import permutation  # noqa: E402
 from machine import machine_info  # noqa: E402
-from step_profile import rounds_in_lockstep, transmit_rounds  # noqa: E402
+from step_profile import rounds_in_lockstep, rounds_of_each  # noqa: E402
 
 VARIANTS = {"no pass": ("never", "never"), "FIFO pass": ("always", "never"), "FIFO and NIC passes": ("always", "always")}
 
@@ -59,7 +59,6 @@ def count(points: int, fifo: str, nic: str, stride: int, slots_per_host: int) ->
     """``fifo``, ``nic``: ``sim.fifo_pass``, ``sim.nic_pass``."""
     batch = sweep_batch(points, fifo, nic, slots_per_host)
     params, state = jax.device_get(batch.params), batch.state
-    one = lambda tree, e: jax.tree.map(lambda x: x[e : e + 1], tree)  # noqa: E731
     rounds, running = [], []
     while True:
         state = engine.advance(batch.params, state, stride, "map")
@@ -68,7 +67,7 @@ def count(points: int, fifo: str, nic: str, stride: int, slots_per_host: int) ->
         if not alive.any():
             break
         running.append(alive)
-        rounds.append([int(transmit_rounds(one(params, e), one(host, e))[0][0]) if alive[e] else 0 for e in range(points)])
+        rounds.append(rounds_of_each(params, host, alive))
     rounds, running = np.array(rounds), np.array(running)
     own, lockstep, waste = rounds_in_lockstep(rounds, running, points)
     return {

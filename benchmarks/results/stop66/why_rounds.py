@@ -18,20 +18,19 @@ import numpy as np  # noqa: E402
 from lockstep_rounds import sweep_batch  # noqa: E402
 from multiverse_jax import engine  # noqa: E402
 from multiverse_jax.ops import fifo_pass, nic_pass  # noqa: E402
-from step_profile import transmit_rounds  # noqa: E402
+from step_profile import one_experiment, transmit_rounds  # noqa: E402
 
 nic_pass.WAITING, fifo_pass.SEARCHED = int(sys.argv[1]), int(sys.argv[2])
 windows, points = ([int(n) for n in arg.split(",")] for arg in sys.argv[3:5])
 batch = sweep_batch(8, "always", "always", 512)
 params, state = jax.device_get(batch.params), batch.state
-one = lambda tree, e: jax.tree.map(lambda x: x[e : e + 1], tree)  # noqa: E731
 done = 0
 for target in windows:
     state = engine.advance(batch.params, state, target - done, "map")
     done = target
     host = jax.device_get(state)
     for e in points:
-        rounds, sends, per_round, _ = transmit_rounds(one(params, e), one(host, e))
+        rounds, sends, per_round, _ = transmit_rounds(one_experiment(params, e), one_experiment(host, e))
         r, sent = int(rounds[0]), np.asarray(sends[0])
         nic = np.asarray(params.ports.port_host[e]) >= 0
         print(f"window {target} point {e}: {r} rounds; per round (ports sending, NICs of them, NICs creating):", np.asarray(per_round[0][:r]).tolist())
